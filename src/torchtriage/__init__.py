@@ -1,0 +1,19 @@
+"""torchtriage: what makes PyTorch training slow, what to fix first, and proof the fix worked.
+
+Entry points:
+
+- :func:`profile` - a context manager around ``torch.profiler`` that hands back a diagnosis;
+- :func:`analyze` - diagnose a trace file or directory captured elsewhere;
+- :class:`Diagnosis` - the result, also printed by ``torchtriage analyze --json``.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from torchtriage.api import analyze
+from torchtriage.capture.session import profile
+from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.errors import TorchtriageError, TraceError
+
+__all__ = ["Diagnosis", "TorchtriageError", "TraceError", "__version__", "analyze", "profile"]

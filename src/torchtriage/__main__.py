@@ -1,0 +1,5 @@
+"""``python -m torchtriage``."""
+
+from torchtriage.cli import run
+
+run()

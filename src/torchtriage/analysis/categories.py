@@ -1,0 +1,100 @@
+"""The step-time category vocabulary and which events fall in each category.
+
+Categories are listed in priority order: during attribution a category claims only the time no
+earlier category has claimed (the TensorBoard profiler plugin's rule, ``ProfileRole`` order
+Kernel, Memcpy, Memset, Communication, Runtime, DataLoader, CpuOp, Other). The last category of
+each list is the remainder and has no events of its own.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from torchtriage.trace.model import HOST_KINDS, EventKind, Trace
+
+# GPU (any trace with device activity), priority order.
+GPU_CATEGORIES: tuple[str, ...] = (
+    "kernel",  # device compute kernels, not communication
+    "memcpy",  # device copies other than host-to-device (DtoH, DtoD, PtoP)
+    "h2d_input",  # host-to-device copies (input batches moving to the device)
+    "memset",  # device memsets
+    "communication",  # collective kernels: ncclKernel_*, ncclDevKernel_*, rccl*
+    "runtime",  # host runtime/driver calls with the device idle: launches, syncs, allocs
+    "data_loading",  # DataLoader __next__ with the device idle
+    "cpu_exec",  # host-side ops with the device idle (no launch in flight)
+    "idle",  # neither host op nor device work: Python glue, untraced waits
+)
+
+# CPU-only traces, priority order.
+CPU_CATEGORIES: tuple[str, ...] = (
+    "data_loading",  # DataLoader __next__ (in-process loading, or waiting on workers)
+    "optimizer",  # Optimizer.step#... and Optimizer.zero_grad#...
+    "backward",  # autograd engine: evaluate_function nodes, *Backward ops, AccumulateGrad
+    "forward",  # every other op on the training thread
+    "communication",  # gloo:* / c10d::* / nccl:* work not hidden under the above
+    "other",  # step time covered by no op: Python glue, sleeps, untraced waits
+)
+
+DATALOADER_PREFIX = "enumerate(DataLoader)"
+_OPTIMIZER = ("Optimizer.step#", "Optimizer.zero_grad#")
+_BACKWARD = re.compile(
+    r"^autograd::engine::evaluate_function|Backward\d*$|^torch::autograd::AccumulateGrad"
+)
+_COMM_HOST = ("gloo:", "c10d::", "nccl:", "record_param_comms", "ProcessGroup")
+_COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
+_H2D = re.compile(r"HtoD|Host ?to ?Device|H2D", re.IGNORECASE)
+_PROFILER_STEP = re.compile(r"^ProfilerStep#")
+
+
+def is_dataloader(name: str) -> bool:
+    return name.startswith(DATALOADER_PREFIX)
+
+
+def is_communication_kernel(name: str) -> bool:
+    return bool(_COMM_KERNEL.search(name))
+
+
+def is_host_communication(name: str) -> bool:
+    return name.startswith(_COMM_HOST)
+
+
+def is_h2d_copy(name: str) -> bool:
+    return bool(_H2D.search(name))
+
+
+def category_masks(trace: Trace, main_thread: int) -> dict[str, np.ndarray]:
+    """Row mask per category (without the remainder category) for the trace's mode."""
+    ev = trace.events
+    host = np.isin(ev.kind, HOST_KINDS) & ~ev.name_mask(_PROFILER_STEP.match)
+    dataloader = host & ev.name_mask(is_dataloader)
+    if trace.has_device_activity:
+        comm = ev.name_mask(is_communication_kernel)
+        memcpy = ev.kind == EventKind.MEMCPY
+        h2d = memcpy & ev.name_mask(is_h2d_copy)
+        return {
+            "kernel": (ev.kind == EventKind.KERNEL) & ~comm,
+            "memcpy": memcpy & ~h2d,
+            "h2d_input": h2d,
+            "memset": ev.kind == EventKind.MEMSET,
+            "communication": (ev.kind == EventKind.KERNEL) & comm,
+            "runtime": ev.kind == EventKind.RUNTIME,
+            "data_loading": dataloader,
+            "cpu_exec": host & ~dataloader,
+        }
+    optimizer = host & ev.name_mask(lambda n: n.startswith(_OPTIMIZER))
+    backward = host & ev.name_mask(_BACKWARD.search)
+    comm = host & ev.name_mask(is_host_communication)
+    on_main = ev.thread_id == main_thread if main_thread >= 0 else np.ones(len(ev), dtype=bool)
+    return {
+        "data_loading": dataloader,
+        "optimizer": optimizer,
+        "backward": backward,
+        "forward": host & on_main,
+        "communication": comm,
+    }
+
+
+def categories_for(trace: Trace) -> tuple[str, ...]:
+    return GPU_CATEGORIES if trace.has_device_activity else CPU_CATEGORIES

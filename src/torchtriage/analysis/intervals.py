@@ -1,0 +1,41 @@
+"""Interval arithmetic on numpy arrays (microsecond [start, end) intervals)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted, disjoint (starts, ends). Empty intervals are dropped."""
+    keep = ends > starts
+    s, e = starts[keep], ends[keep]
+    if s.size == 0:
+        return s.astype(np.float64), e.astype(np.float64)
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    running_end = np.maximum.accumulate(e)
+    # A new run starts where an interval begins after everything before it has ended.
+    new_run = np.empty(s.size, dtype=bool)
+    new_run[0] = True
+    new_run[1:] = s[1:] > running_end[:-1]
+    run_id = np.cumsum(new_run) - 1
+    merged_starts = s[new_run]
+    merged_ends = np.zeros(merged_starts.size, dtype=np.float64)
+    np.maximum.at(merged_ends, run_id, e)
+    return merged_starts, merged_ends
+
+
+def covers(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Mask of ``points`` that fall inside any of the disjoint sorted intervals."""
+    if starts.size == 0:
+        return np.zeros(points.shape, dtype=bool)
+    idx = np.searchsorted(starts, points, side="right") - 1
+    inside = idx >= 0
+    inside[inside] = points[inside] < ends[idx[inside]]
+    return inside
+
+
+def total(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Length of the union of the intervals."""
+    s, e = merge(starts, ends)
+    return float((e - s).sum())

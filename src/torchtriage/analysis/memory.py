@@ -1,0 +1,57 @@
+"""Peak memory from allocator events (``[memory]``, written with ``profile_memory=True``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from torchtriage.trace.model import Trace
+
+CPU_DEVICE_TYPE = 0
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Peak usage of one device, as the allocator saw it."""
+
+    device: str  # "cpu" or "cuda:N"
+    peak_allocated: int  # bytes held by live tensors at the peak
+    peak_reserved: int  # bytes held by the caching allocator (0 on CPU)
+    reserved_at_peak_allocated: int
+    events: int
+    baseline: int = 0  # CPU: bytes alive before recording started, included in peak_allocated
+
+
+def memory_peaks(trace: Trace) -> list[DeviceMemory]:
+    """Per-device peaks, largest allocated first. Empty when the trace has no ``[memory]``.
+
+    CUDA totals are absolute (the caching allocator's own counters). CPU totals start at zero
+    when recording starts; torchtriage's capture writes the CPU tensor bytes alive at that
+    moment as ``cpu_baseline_bytes`` in the trace metadata, and it is added here.
+    """
+    mem = trace.memory
+    cpu_baseline = int(trace.meta.torchtriage.get("cpu_baseline_bytes", 0) or 0)
+    if len(mem) == 0:
+        return []
+    key = mem.device_type.astype(np.int64) * 1_000 + mem.device_id.astype(np.int64)
+    out = []
+    for k in np.unique(key):
+        sel = key == k
+        alloc = mem.total_allocated[sel]
+        reserved = mem.total_reserved[sel]
+        at = int(np.argmax(alloc))
+        dtype, did = int(mem.device_type[sel][0]), int(mem.device_id[sel][0])
+        baseline = cpu_baseline if dtype == CPU_DEVICE_TYPE else 0
+        out.append(
+            DeviceMemory(
+                device="cpu" if dtype == CPU_DEVICE_TYPE else f"cuda:{max(did, 0)}",
+                peak_allocated=int(alloc.max()) + baseline,
+                # On CPU "Total Reserved" only tracks shared-memory tensors from loader workers.
+                peak_reserved=0 if dtype == CPU_DEVICE_TYPE else int(reserved.max()),
+                reserved_at_peak_allocated=0 if dtype == CPU_DEVICE_TYPE else int(reserved[at]),
+                events=int(sel.sum()),
+                baseline=baseline,
+            )
+        )
+    return sorted(out, key=lambda d: -d.peak_allocated)

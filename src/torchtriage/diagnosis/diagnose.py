@@ -1,0 +1,281 @@
+"""``diagnose(trace)``: the whole classify-then-prescribe pass over one trace.
+
+Reading order: analyse (steps, breakdown, ops, memory, shapes) -> layer times -> memory rule ->
+primary layer -> per-layer rules -> confidence -> prescriptions in order -> the document.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from torchtriage import __version__
+from torchtriage.analysis.breakdown import Breakdown, step_breakdown
+from torchtriage.analysis.memory import memory_peaks
+from torchtriage.analysis.ops import OpStat, op_nesting, top_device_ops, top_host_ops
+from torchtriage.analysis.shapes import dynamic_shape_ops
+from torchtriage.analysis.steps import find_steps
+from torchtriage.diagnosis import result as r
+from torchtriage.diagnosis import rules
+from torchtriage.diagnosis import thresholds as th
+from torchtriage.diagnosis.catalog import COST_LABELS, Remedy
+from torchtriage.diagnosis.vocabulary import (
+    CONFIDENCE_LEVELS,
+    CPU_CATEGORY_LAYER,
+    GPU_CATEGORY_LAYER,
+    LAYERS,
+    TIME_LAYERS,
+)
+from torchtriage.trace.model import Trace
+
+_SIGNIFICANT = {
+    "data_loading": th.DATA_LOADING_SIGNIFICANT,
+    "host": th.HOST_SIGNIFICANT,
+    "kernel": th.KERNEL_SIGNIFICANT,
+    "communication": th.COMMUNICATION_SIGNIFICANT,
+}
+
+
+def diagnose(
+    trace: Trace,
+    *,
+    device_memory: int | None = None,
+    oom: bool = False,
+    top: int = 10,
+) -> r.Diagnosis:
+    """Classify the trace's bottleneck layer and prescribe fixes, cheapest first.
+
+    Args:
+        trace: a loaded trace (:func:`torchtriage.trace.load_trace`).
+        device_memory: capacity in bytes to judge memory pressure against; overrides
+            ``deviceProperties`` and stands in for a GPU's memory on CPU-only traces.
+        oom: the profiled run raised an out-of-memory error.
+        top: rows in each top-ops table.
+    """
+    steps = find_steps(trace)
+    breakdown = step_breakdown(trace, steps)
+    nesting = op_nesting(trace)
+    gpu = trace.has_device_activity
+    small = 0.0 if gpu else rules.small_op_time(trace, steps, nesting)
+    facts = rules.Facts(
+        trace=trace, steps=steps, breakdown=breakdown, nesting=nesting,
+        layer_us=_layer_times(breakdown, gpu, small), small_op_us=small,
+        memory=_memory_with_capacity(trace, device_memory), oom=oom,
+    )
+
+    memory_fired, memory_verdict = rules.memory_rule(facts)
+    ranked = sorted(TIME_LAYERS, key=lambda layer: -facts.share(layer))
+    primary, runner_up = ("memory", None) if memory_fired else _time_primary(facts)
+    verdicts = {
+        "memory": memory_verdict,
+        "data_loading": rules.data_loading_rule(facts),
+        "host": rules.host_rule(facts),
+        "kernel": rules.kernel_rule(facts, primary == "kernel"),
+        "communication": rules.communication_rule(facts),
+    }
+    confidence, margin_evidence = _confidence(facts, primary, runner_up, memory_verdict)
+    verdicts[primary].evidence.insert(0, margin_evidence)
+
+    findings = _step_findings(steps)
+    for layer in (primary, *[x for x in ("memory", *ranked) if x != primary]):
+        findings.extend(verdicts[layer].findings)
+    dynamic = dynamic_shape_ops(trace, steps)
+    if dynamic:
+        findings.append(r.Finding(
+            id="shapes.dynamic", severity="info", layer="kernel",
+            message=f"{len(dynamic)} ops change input shapes between steps "
+                    f"(e.g. {dynamic[0].name}): torch.compile recompiles, allocator fragments."))
+
+    prescriptions = _prescriptions(primary, ranked, facts, verdicts)
+    layers = {
+        layer: r.LayerResult(share=round(facts.share(layer), 4) if layer in TIME_LAYERS else 0.0,
+                             time_ms=round(facts.layer_us.get(layer, 0.0) / 1e3, 3),
+                             evidence=verdicts[layer].evidence)
+        for layer in LAYERS
+    }
+    doc_breakdown = _breakdown_doc(breakdown, gpu)
+    return r.Diagnosis(
+        tool_version=__version__,
+        summary=_summary(primary, facts, doc_breakdown, prescriptions),
+        primary=primary,
+        confidence=confidence,
+        trace=r.TraceInfo(
+            path=trace.meta.path, mode="gpu" if gpu else "cpu", events=len(trace.events),
+            devices=[d.name for d in trace.meta.devices], rank=trace.meta.rank,
+            world_size=trace.meta.world_size, step_source=steps.source,
+            steps_analyzed=[int(n) for n in steps.numbers],
+            steps_excluded={str(k): v for k, v in steps.excluded.items()},
+        ),
+        layers=layers,
+        breakdown=doc_breakdown,
+        findings=findings,
+        prescriptions=prescriptions,
+        top_ops={"host": _rows(top_host_ops(trace, nesting, steps, top)),
+                 "device": _rows(top_device_ops(trace, steps, top))},
+        memory=[
+            r.MemoryPeak(device=p.device, peak_allocated_bytes=p.peak_allocated,
+                         peak_reserved_bytes=p.peak_reserved, baseline_bytes=p.baseline,
+                         capacity_bytes=cap,
+                         capacity_source=src,
+                         peak_fraction=round(max(p.peak_allocated, p.peak_reserved) / cap, 4)
+                         if cap else None)
+            for p, cap, src in facts.memory
+        ],
+        dynamic_shapes=[r.DynamicShape(op=d.name, steps_seen=d.steps_seen,
+                                       distinct_signatures=d.distinct_signatures,
+                                       examples=list(d.examples)) for d in dynamic],
+    )
+
+
+def _layer_times(breakdown: Breakdown, gpu: bool, small_op_us: float) -> dict[str, float]:
+    mapping = GPU_CATEGORY_LAYER if gpu else CPU_CATEGORY_LAYER
+    out = {layer: 0.0 for layer in LAYERS}
+    for cat, us in zip(breakdown.categories, breakdown.total_exposed_us, strict=True):
+        out[mapping[cat]] += float(us)
+    moved = min(small_op_us, out["kernel"])
+    out["kernel"] -= moved
+    out["host"] += moved
+    return out
+
+
+def _memory_with_capacity(trace: Trace, device_memory: int | None):
+    """Each device's peak with the capacity it is judged against.
+
+    ``device_memory`` applies to the accelerators when the trace has any, else to the CPU
+    (where it stands in for a GPU's memory); otherwise CUDA devices use deviceProperties.
+    """
+    by_id = {d.id: d.total_memory for d in trace.meta.devices}
+    peaks = memory_peaks(trace)
+    has_accelerator = trace.has_device_activity or any(p.device != "cpu" for p in peaks)
+    out = []
+    for peak in peaks:
+        accelerator = peak.device != "cpu"
+        if device_memory and accelerator == has_accelerator:
+            out.append((peak, device_memory, "--device-memory"))
+        elif accelerator and by_id.get(int(peak.device.split(":")[1])):
+            out.append((peak, by_id[int(peak.device.split(":")[1])], "deviceProperties"))
+        else:
+            out.append((peak, None, None))
+    return out
+
+
+def _time_primary(facts: rules.Facts) -> tuple[str, str]:
+    """The primary time layer and the candidate it is compared with for confidence.
+
+    ``kernel`` when compute reaches COMPUTE_BOUND; otherwise the largest non-compute layer whose
+    share reaches its significance threshold (it is what keeps the compute idle); ``kernel``
+    when none does.
+    """
+    waste = sorted((x for x in TIME_LAYERS if x != "kernel"), key=lambda x: -facts.share(x))
+    if facts.share("kernel") < th.COMPUTE_BOUND.value:
+        significant = [x for x in waste if facts.share(x) >= _SIGNIFICANT[x].value]
+        if significant:
+            return significant[0], waste[1] if waste[0] == significant[0] else waste[0]
+    return "kernel", waste[0]
+
+
+def _confidence(facts, primary: str, runner_up: str | None, memory_verdict):
+    if primary == "memory":
+        level = 2 if facts.oom or any(
+            e.fired and e.value >= 0.95 for e in memory_verdict.evidence
+            if e.metric.startswith("peak_memory_fraction")) else 1
+        ev = r.Evidence(metric="memory_rule", value=1.0, fired=True,
+                        source=th.MEMORY_NEAR_CAPACITY.source)
+    else:
+        # Distance to the nearest decision boundary: the next candidate layer and, for a
+        # non-compute primary, kernel reaching COMPUTE_BOUND.
+        margin = facts.share(primary) - facts.share(runner_up)
+        metric = f"lead_over_{runner_up}"
+        headroom = th.COMPUTE_BOUND.value - facts.share("kernel")
+        if primary != "kernel" and headroom < margin:
+            margin, metric = headroom, "kernel_below_compute_bound"
+        level = (2 if margin >= th.CONFIDENCE_HIGH_MARGIN.value else
+                 1 if margin >= th.CONFIDENCE_MEDIUM_MARGIN.value else 0)
+        ev = r.Evidence(metric=metric, value=round(margin, 4),
+                        unit="share of step time", threshold=th.CONFIDENCE_HIGH_MARGIN.value,
+                        comparison=">=", fired=margin >= th.CONFIDENCE_HIGH_MARGIN.value,
+                        source=th.CONFIDENCE_HIGH_MARGIN.source)
+    if facts.steps.source != "profiler_step":
+        level -= 1
+    if len(facts.steps) < th.MIN_STEPS_FOR_CONFIDENCE.value:
+        level -= 1
+    return CONFIDENCE_LEVELS[max(level, 0)], ev
+
+
+def _step_findings(steps) -> list[r.Finding]:
+    out = []
+    if steps.source == "optimizer_step":
+        out.append(r.Finding(
+            id="steps.no_profiler_steps", severity="warning",
+            message="No ProfilerStep#N markers: steps run from one Optimizer.step to the next."))
+    elif steps.source == "window":
+        out.append(r.Finding(
+            id="steps.no_profiler_steps", severity="warning",
+            message="No ProfilerStep#N or Optimizer.step markers: the whole trace is one step."))
+    if steps.excluded:
+        listed = ", ".join(f"#{k} ({v})" for k, v in sorted(steps.excluded.items()))
+        out.append(r.Finding(id="steps.excluded", severity="info",
+                             message=f"Left out of the statistics: {listed}."))
+    if len(steps) < th.MIN_STEPS_FOR_CONFIDENCE.value:
+        out.append(r.Finding(
+            id="steps.few", severity="warning",
+            message=f"Only {len(steps)} step(s) analysed; profile at least "
+                    f"{th.MIN_STEPS_FOR_CONFIDENCE.value:.0f} for a stable verdict."))
+    return out
+
+
+def _prescriptions(primary, ranked, facts, verdicts) -> list[r.Prescription]:
+    order = [primary] + [
+        layer for layer in ranked
+        if layer != primary and facts.share(layer) >= _SIGNIFICANT[layer].value
+    ]
+    if primary != "memory" and verdicts["memory"].remedies:
+        order.append("memory")
+    out: list[r.Prescription] = []
+    seen: set[str] = set()
+    for layer in order:
+        remedies: list[tuple[Remedy, str]] = sorted(verdicts[layer].remedies,
+                                                    key=lambda x: x[0].cost)
+        for remedy, reason in remedies:
+            if remedy.id in seen or (remedy.gpu_only and not facts.gpu):
+                continue
+            seen.add(remedy.id)
+            out.append(r.Prescription(
+                id=remedy.id, layer=remedy.layer, cost=remedy.cost,
+                cost_label=COST_LABELS[remedy.cost], title=remedy.title, code=remedy.code,
+                expected_gain=remedy.expected_gain, verify=remedy.verify, reason=reason))
+    return out
+
+
+def _breakdown_doc(b: Breakdown, gpu: bool) -> r.Breakdown:
+    total = b.total_exposed_us
+    wall = b.total_wall_us
+    return r.Breakdown(
+        mode="gpu" if gpu else "cpu",
+        categories=list(b.categories),
+        wall_ms=round(wall / 1e3, 3),
+        exposed_ms={c: round(float(t) / 1e3, 3) for c, t in zip(b.categories, total, strict=True)},
+        share={c: round(float(t) / wall, 4) if wall else 0.0
+               for c, t in zip(b.categories, total, strict=True)},
+        steps=[
+            r.StepTimes(step=int(n), wall_ms=round(float(w) / 1e3, 3),
+                        exposed_ms={c: round(float(t) / 1e3, 3)
+                                    for c, t in zip(b.categories, row, strict=True)})
+            for n, w, row in zip(b.step_numbers, b.wall_us, b.exposed_us, strict=True)
+        ],
+        median_step_ms=round(float(np.median(b.wall_us)) / 1e3, 3) if b.wall_us.size else 0.0,
+    )
+
+
+def _rows(stats: list[OpStat]) -> list[r.OpRow]:
+    return [r.OpRow(name=s.name, count=s.count, total_ms=round(s.total_us / 1e3, 3),
+                    self_ms=round(s.self_us / 1e3, 3), share=round(s.share, 4)) for s in stats]
+
+
+def _summary(primary, facts, b: r.Breakdown, prescriptions) -> str:
+    first = f" First fix: {prescriptions[0].id}." if prescriptions else ""
+    n = len(b.steps)
+    if primary == "memory":
+        what = "memory is the bottleneck: the job is at its device memory limit"
+    else:
+        what = f"{primary} is the bottleneck: {facts.share(primary):.0%} of step time"
+    return f"{what} (median step {b.median_step_ms:.1f} ms over {n} step(s)).{first}"

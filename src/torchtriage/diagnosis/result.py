@@ -1,0 +1,159 @@
+"""The diagnosis document: typed, versioned, and the same object behind every output.
+
+``Diagnosis`` is what ``torchtriage.profile`` gives back, what ``analyze --json`` prints and what
+the reports render. The JSON schema id is :data:`SCHEMA`; fields are only ever added within a
+schema version, never renamed or removed.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+SCHEMA = "torchtriage.diagnosis/1"
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    """One number behind a verdict, and the threshold it was held against (if any)."""
+
+    metric: str
+    value: float
+    unit: str = ""
+    threshold: float | None = None
+    comparison: str | None = None  # ">=", "<", ...: how value was compared with threshold
+    fired: bool | None = None  # whether the comparison held
+    source: str | None = None  # where the threshold's default comes from
+
+
+class LayerResult(msgspec.Struct, kw_only=True):
+    share: float  # share of analysed step time attributed to the layer (0 for memory)
+    time_ms: float
+    evidence: list[Evidence] = []
+
+
+class StepTimes(msgspec.Struct, kw_only=True):
+    step: int
+    wall_ms: float
+    exposed_ms: dict[str, float]
+
+
+class Breakdown(msgspec.Struct, kw_only=True):
+    """Exposed time per category; each step's categories sum to its wall time."""
+
+    mode: str  # "gpu" or "cpu": which category list applies
+    categories: list[str]  # priority order
+    wall_ms: float
+    exposed_ms: dict[str, float]
+    share: dict[str, float]
+    steps: list[StepTimes]
+    median_step_ms: float
+
+
+class Finding(msgspec.Struct, kw_only=True):
+    id: str
+    severity: str  # "info" | "warning" | "critical"
+    message: str
+    layer: str | None = None
+    evidence: list[Evidence] = []
+
+
+class Prescription(msgspec.Struct, kw_only=True):
+    id: str
+    layer: str
+    cost: int  # 1 (a flag) .. 5 (engineering); the list is ordered by layer, then cost
+    cost_label: str
+    title: str
+    code: str
+    expected_gain: str
+    verify: str
+    reason: str
+
+
+class OpRow(msgspec.Struct, kw_only=True):
+    name: str
+    count: int
+    total_ms: float
+    self_ms: float
+    share: float
+
+
+class MemoryPeak(msgspec.Struct, kw_only=True):
+    device: str
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    baseline_bytes: int = 0  # CPU: tensors alive when recording began, included in the peak
+    capacity_bytes: int | None = None
+    capacity_source: str | None = None  # "deviceProperties" | "--device-memory"
+    peak_fraction: float | None = None
+
+
+class DynamicShape(msgspec.Struct, kw_only=True):
+    op: str
+    steps_seen: int
+    distinct_signatures: int
+    examples: list[str]
+
+
+class TraceInfo(msgspec.Struct, kw_only=True):
+    path: str
+    mode: str
+    events: int
+    devices: list[str] = []
+    rank: int | None = None
+    world_size: int | None = None
+    step_source: str = "profiler_step"
+    steps_analyzed: list[int] = []
+    steps_excluded: dict[str, str] = {}
+
+
+class CaptureInfo(msgspec.Struct, kw_only=True):
+    """How ``torchtriage.profile`` ran (absent for traces captured elsewhere)."""
+
+    run_dir: str
+    trace_file: str
+    steps_run: int
+    host_step_ms_median: float | None = None  # unprofiled + profiled steps, export step excluded
+    excluded_host_steps: dict[str, str] = {}
+    oom: bool = False
+
+
+class Diagnosis(msgspec.Struct, kw_only=True):
+    """What is slow, with evidence, and what to fix first."""
+
+    schema: str = SCHEMA
+    tool_version: str
+    summary: str
+    primary: str
+    confidence: str
+    trace: TraceInfo
+    layers: dict[str, LayerResult]
+    breakdown: Breakdown
+    findings: list[Finding] = []
+    prescriptions: list[Prescription] = []
+    top_ops: dict[str, list[OpRow]] = {}
+    memory: list[MemoryPeak] = []
+    dynamic_shapes: list[DynamicShape] = []
+    capture: CaptureInfo | None = None
+
+    def to_json(self, *, indent: int = 2) -> str:
+        """The diagnosis as JSON text (schema :data:`SCHEMA`)."""
+        raw = msgspec.json.encode(self)
+        return msgspec.json.format(raw, indent=indent).decode() if indent else raw.decode()
+
+    def to_dict(self) -> dict:
+        return msgspec.to_builtins(self)
+
+    def render_text(self, *, width: int = 110) -> str:
+        """The terminal report as plain text."""
+        from torchtriage.report.terminal import render_to_text
+
+        return render_to_text(self, width=width)
+
+    def __rich__(self):  # pragma: no cover - exercised through render_text
+        from torchtriage.report.terminal import renderable
+
+        return renderable(self)
+
+
+def decode_diagnosis(data: bytes | str) -> Diagnosis:
+    """Read a diagnosis back from its JSON."""
+    return msgspec.json.decode(data, type=Diagnosis)

@@ -1,0 +1,97 @@
+"""Every threshold a rule uses, in one place, each with where its default comes from.
+
+A rule imports its constant from here and reports it in its evidence, so a user can see which
+number fired and why that number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A named default: its value, unit, meaning and source."""
+
+    name: str
+    value: float
+    unit: str
+    meaning: str
+    source: str
+
+
+MEMORY_NEAR_CAPACITY = Threshold(
+    "memory_near_capacity", 0.90, "fraction of device memory",
+    "peak memory at or above this makes `memory` the primary layer",
+    "Kineto TensorBoard plugin (data.py: peak_mem > total_mem * 0.9); TraceML very_high_at=90",
+)
+MEMORY_FRAGMENTATION = Threshold(
+    "memory_fragmentation", 0.25, "fraction of reserved memory",
+    "reserved-but-unallocated memory at the allocated peak that calls for expandable segments",
+    "torchtriage default: a quarter of the cache idle at the peak is what expandable_segments "
+    "recovers (PyTorch CUDA memory-management notes)",
+)
+DATA_LOADING_SIGNIFICANT = Threshold(
+    "data_loading_significant", 0.05, "share of step time",
+    "data loading share at which DataLoader prescriptions are listed",
+    "Kineto TensorBoard plugin (data.py: dataloader_ratio > 0.05)",
+)
+COMMUNICATION_SIGNIFICANT = Threshold(
+    "communication_significant", 0.10, "share of step time",
+    "exposed communication share at which communication prescriptions are listed",
+    "Kineto TensorBoard plugin (data.py: communication_ratio > 0.1)",
+)
+HOST_SIGNIFICANT = Threshold(
+    "host_significant", 0.15, "share of step time",
+    "host overhead share at which host prescriptions are listed",
+    "TraceML step-time policy (wait_share warn 0.15)",
+)
+KERNEL_SIGNIFICANT = Threshold(
+    "kernel_significant", 0.30, "share of step time",
+    "compute share at which kernel prescriptions are listed when kernel is not primary",
+    "torchtriage default: below a third of the step, faster kernels cannot pay for their cost",
+)
+COMPUTE_BOUND = Threshold(
+    "compute_bound", 0.85, "share of step time",
+    "kernel share at or above which `kernel` is primary whatever else is exposed; below it, the "
+    "largest significant non-compute layer (what keeps the compute idle) is primary",
+    "TraceML step-time policy (compute_bound_share warn 0.85)",
+)
+SMALL_OP_US = Threshold(
+    "small_op_us", 10.0, "µs",
+    "CPU traces: an outermost op in which no nested op runs this long on its own (self time) "
+    "does no real work; its time counts toward the `host` layer instead of `kernel`",
+    "the ~10 µs cutoff of launch analysis (HTA: queued kernels follow each other within "
+    "<10 µs; CPU launch cost 5-20 µs per op), applied to CPU op self time",
+)
+CONFIDENCE_HIGH_MARGIN = Threshold(
+    "confidence_high_margin", 0.25, "share of step time",
+    "distance of the verdict from its nearest decision boundary for `high` confidence: the lead "
+    "over the next candidate layer and, for a non-compute primary, how far kernel is below "
+    "compute_bound",
+    "torchtriage default (TraceML's bands use similar 0.10-0.25 gaps between warn and crit)",
+)
+CONFIDENCE_MEDIUM_MARGIN = Threshold(
+    "confidence_medium_margin", 0.10, "share of step time",
+    "the same distance for `medium` confidence",
+    "torchtriage default (TraceML's bands use similar 0.10-0.25 gaps between warn and crit)",
+)
+MIN_STEPS_FOR_CONFIDENCE = Threshold(
+    "min_steps_for_confidence", 3, "steps",
+    "fewer analysed steps than this lower the confidence one level",
+    "seed schedule: 5 active steps; TraceML min_steps policies",
+)
+
+ALL: tuple[Threshold, ...] = (
+    MEMORY_NEAR_CAPACITY,
+    MEMORY_FRAGMENTATION,
+    DATA_LOADING_SIGNIFICANT,
+    COMMUNICATION_SIGNIFICANT,
+    HOST_SIGNIFICANT,
+    KERNEL_SIGNIFICANT,
+    COMPUTE_BOUND,
+    SMALL_OP_US,
+    CONFIDENCE_HIGH_MARGIN,
+    CONFIDENCE_MEDIUM_MARGIN,
+    MIN_STEPS_FOR_CONFIDENCE,
+)

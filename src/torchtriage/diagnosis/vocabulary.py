@@ -1,0 +1,40 @@
+"""Stable ids used everywhere: layers, category-to-layer mapping, confidence levels.
+
+These strings appear in JSON output, the README and later issues; never rename one.
+"""
+
+from __future__ import annotations
+
+LAYERS: dict[str, str] = {
+    "data_loading": "the input pipeline: DataLoader work or waits, host-to-device input copies",
+    "host": "CPU-side dispatch and launch overhead, host-device syncs, Python glue",
+    "kernel": "the compute itself: GPU kernels, or CPU ops on a CPU-only job",
+    "communication": "collectives (NCCL, gloo) not hidden behind compute",
+    "memory": "the job OOMs or its peak reaches the memory threshold of the device",
+}
+
+# Layers that are ranked by their share of step time; memory is judged by capacity instead.
+TIME_LAYERS: tuple[str, ...] = ("data_loading", "host", "kernel", "communication")
+
+# Breakdown category -> layer, per trace mode.
+GPU_CATEGORY_LAYER: dict[str, str] = {
+    "kernel": "kernel",
+    "memcpy": "kernel",
+    "memset": "kernel",
+    "h2d_input": "data_loading",
+    "communication": "communication",
+    "runtime": "host",
+    "data_loading": "data_loading",
+    "cpu_exec": "host",
+    "idle": "host",
+}
+CPU_CATEGORY_LAYER: dict[str, str] = {
+    "data_loading": "data_loading",
+    "optimizer": "kernel",
+    "backward": "kernel",
+    "forward": "kernel",
+    "communication": "communication",
+    "other": "host",
+}
+
+CONFIDENCE_LEVELS: tuple[str, ...] = ("low", "medium", "high")

@@ -1,0 +1,1 @@
+"""Renderers of a :class:`~torchtriage.diagnosis.result.Diagnosis`: terminal (rich) and JSON."""

@@ -1,0 +1,188 @@
+"""The terminal report (rich): verdict, layer shares, step breakdown, fixes, top ops."""
+
+from __future__ import annotations
+
+import io
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from torchtriage.diagnosis.result import Diagnosis
+
+_MAX_STEP_COLUMNS = 8
+_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
+
+
+def render_to_text(d: Diagnosis, *, width: int = 110) -> str:
+    """The report as plain text (no colour codes)."""
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, force_terminal=False).print(renderable(d))
+    return buf.getvalue()
+
+
+def print_report(d: Diagnosis, console: Console | None = None) -> None:
+    (console or Console()).print(renderable(d))
+
+
+def renderable(d: Diagnosis) -> RenderableType:
+    parts: list[RenderableType] = [_header(d), _layers(d), _breakdown(d)]
+    if d.findings:
+        parts.append(_findings(d))
+    if d.prescriptions:
+        parts.append(_prescriptions(d))
+    parts.extend(_top_ops(d))
+    if d.memory:
+        parts.append(_memory(d))
+    if d.dynamic_shapes:
+        parts.append(_dynamic(d))
+    return Group(*parts)
+
+
+def _header(d: Diagnosis) -> Panel:
+    t = d.trace
+    where = f"{t.mode.upper()} trace, {t.events:,} events, steps {_steps(t.steps_analyzed)}"
+    if t.step_source != "profiler_step":
+        where += f" (step source: {t.step_source})"
+    if t.rank is not None:
+        where += f", rank {t.rank}/{t.world_size}"
+    if t.devices:
+        where += f", {t.devices[0]}"
+    body = Text()
+    body.append(f"Bottleneck: {d.primary}", style="bold")
+    body.append(f"   confidence: {d.confidence}\n")
+    body.append(d.summary + "\n")
+    body.append(where, style="dim")
+    return Panel(body, title=f"torchtriage · {t.path}", title_align="left", box=box.ROUNDED)
+
+
+def _steps(numbers: list[int]) -> str:
+    if not numbers:
+        return "-"
+    if numbers == list(range(numbers[0], numbers[-1] + 1)) and len(numbers) > 1:
+        return f"#{numbers[0]}-#{numbers[-1]}"
+    return ", ".join(f"#{n}" for n in numbers)
+
+
+def _bar(share: float, width: int = 20) -> str:
+    filled = round(max(0.0, min(share, 1.0)) * width)
+    return "█" * filled + "·" * (width - filled)
+
+
+def _layers(d: Diagnosis) -> Table:
+    table = Table(title="Where the step time goes, by layer", box=box.SIMPLE_HEAD,
+                  title_justify="left")
+    table.add_column("layer")
+    table.add_column("share", justify="right")
+    table.add_column("")
+    table.add_column("ms", justify="right")
+    table.add_column("evidence")
+    for name, layer in d.layers.items():
+        evidence = "; ".join(
+            f"{e.metric}={e.value:g}" + (f" (>= {e.threshold:g})" if e.fired else "")
+            for e in layer.evidence[:3]
+        )
+        style = "bold" if name == d.primary else None
+        share = f"{layer.share:.1%}" if name != "memory" else "-"
+        table.add_row(name, share, _bar(layer.share), f"{layer.time_ms:,.1f}", evidence,
+                      style=style)
+    return table
+
+
+def _breakdown(d: Diagnosis) -> Table:
+    b = d.breakdown
+    steps = b.steps[:_MAX_STEP_COLUMNS]
+    table = Table(title=f"Step breakdown ({b.mode} categories, exposed ms, priority order)",
+                  box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("category")
+    for s in steps:
+        table.add_column(f"#{s.step}", justify="right")
+    table.add_column("total", justify="right")
+    table.add_column("share", justify="right")
+    for cat in b.categories:
+        table.add_row(cat, *[f"{s.exposed_ms[cat]:.1f}" for s in steps],
+                      f"{b.exposed_ms[cat]:.1f}", f"{b.share[cat]:.1%}")
+    table.add_row("step wall", *[f"{s.wall_ms:.1f}" for s in steps], f"{b.wall_ms:.1f}", "100%",
+                  style="bold")
+    return table
+
+
+def _findings(d: Diagnosis) -> Table:
+    table = Table(title="Findings", box=box.SIMPLE_HEAD, title_justify="left", show_header=False)
+    table.add_column("severity")
+    table.add_column("message")
+    for f in d.findings:
+        table.add_row(Text(f.severity, style=_SEVERITY_STYLE.get(f.severity)), f.message)
+    return table
+
+
+def _prescriptions(d: Diagnosis) -> Group:
+    lines: list[RenderableType] = [
+        Text("What to fix first (primary layer first, cheapest first within a layer)",
+             style="italic")
+    ]
+    for i, p in enumerate(d.prescriptions, 1):
+        head = Text(f"{i:>3}. ")
+        head.append(p.id, style="bold" if i == 1 else "bold dim" if p.layer != d.primary else "")
+        head.append(f"  [{p.layer} · cost {p.cost}: {p.cost_label}]  ", style="dim")
+        head.append(p.title)
+        lines.append(head)
+        for code_line in p.code.splitlines():
+            lines.append(Text("       " + code_line, style="cyan"))
+        lines.append(Text(f"       why: {p.reason}. gain: {p.expected_gain}. "
+                          f"verify: {p.verify}.", style="dim"))
+    lines.append(Text(""))
+    return Group(*lines)
+
+
+def _top_ops(d: Diagnosis) -> list[Table]:
+    out = []
+    host = d.top_ops.get("host", [])
+    if host:
+        t = Table(title="Top host ops by self time", box=box.SIMPLE_HEAD, title_justify="left")
+        for col in ("name", "calls", "self ms", "self %", "total ms"):
+            t.add_column(col, justify="left" if col == "name" else "right", overflow="fold")
+        for r in host:
+            t.add_row(r.name, str(r.count), f"{r.self_ms:.2f}", f"{r.share:.1%}",
+                      f"{r.total_ms:.2f}")
+        out.append(t)
+    device = d.top_ops.get("device", [])
+    if device:
+        t = Table(title="Top device kernels by time", box=box.SIMPLE_HEAD, title_justify="left")
+        for col in ("name", "calls", "ms", "% of device time"):
+            t.add_column(col, justify="left" if col == "name" else "right", overflow="fold")
+        for r in device:
+            t.add_row(r.name[:120], str(r.count), f"{r.total_ms:.2f}", f"{r.share:.1%}")
+        out.append(t)
+    return out
+
+
+def _memory(d: Diagnosis) -> Table:
+    t = Table(title="Memory peaks", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("device", "peak allocated", "peak reserved", "capacity", "peak / capacity"):
+        t.add_column(col, justify="left" if col == "device" else "right")
+    for m in d.memory:
+        t.add_row(
+            m.device, _gib(m.peak_allocated_bytes), _gib(m.peak_reserved_bytes),
+            f"{_gib(m.capacity_bytes)} ({m.capacity_source})" if m.capacity_bytes else "unknown",
+            f"{m.peak_fraction:.0%}" if m.peak_fraction is not None else "-",
+        )
+    return t
+
+
+def _gib(n: int | None) -> str:
+    if not n:
+        return "0"
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def _dynamic(d: Diagnosis) -> Table:
+    t = Table(title="Ops with input shapes that change between steps", box=box.SIMPLE_HEAD,
+              title_justify="left")
+    for col in ("op", "steps", "distinct per-step shape sets", "examples"):
+        t.add_column(col, overflow="fold")
+    for s in d.dynamic_shapes:
+        t.add_row(s.op, str(s.steps_seen), str(s.distinct_signatures), " | ".join(s.examples))
+    return t

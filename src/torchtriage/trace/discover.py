@@ -1,0 +1,44 @@
+"""Find trace files in a path: a file, or a directory holding ``*.json`` / ``*.json.gz`` traces."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from torchtriage.errors import TraceError
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+# Files torchtriage itself writes next to traces; never traces.
+_OWN_FILES = {"diagnosis.json", "run.json"}
+
+
+def find_trace_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The trace files at ``path``, sorted by name.
+
+    A file is returned as is, whatever its suffix. A directory is searched (not recursively,
+    then one level down when the top holds none, which is the layout of a run directory with a
+    ``traces/`` folder) for ``*.json`` and ``*.json.gz``.
+
+    Raises:
+        TraceError: the path does not exist, or the directory holds no trace files.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(f"{p}: no such file or directory")
+    if p.is_file():
+        return [p]
+    found = _traces_in(p)
+    if not found:
+        for sub in sorted(q for q in p.iterdir() if q.is_dir()):
+            found.extend(_traces_in(sub))
+    if not found:
+        raise TraceError(f"{p}: directory holds no trace files (*.json, *.json.gz)")
+    return found
+
+
+def _traces_in(directory: Path) -> list[Path]:
+    return sorted(
+        q
+        for q in directory.iterdir()
+        if q.is_file() and q.name.endswith(TRACE_SUFFIXES) and q.name not in _OWN_FILES
+    )

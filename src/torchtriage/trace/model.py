@@ -1,0 +1,159 @@
+"""The columnar trace model every analysis reads.
+
+A :class:`Trace` holds one rank's Kineto trace as numpy columns (one row per complete ``ph: "X"``
+event) plus a small table of allocator ``[memory]`` events. Strings (event names, threads) are
+interned: a row stores an integer id into ``names`` / ``threads``, so per-name facts are computed
+once per distinct name and broadcast with fancy indexing.
+
+Times are microseconds, as in the trace file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+
+class EventKind(IntEnum):
+    """Normalised event category. Raw Kineto categories map onto these (see ``CATEGORY_KIND``)."""
+
+    OTHER = 0
+    CPU_OP = 1  # cpu_op, legacy "Operator"
+    USER_ANNOTATION = 2  # record_function ranges on the host
+    GPU_USER_ANNOTATION = 3  # device-side copies of user annotations (ProfilerStep#N duplicates)
+    KERNEL = 4  # device kernels (kernel, legacy "Kernel")
+    MEMCPY = 5  # gpu_memcpy, legacy "Memcpy"
+    MEMSET = 6  # gpu_memset, legacy "Memset"
+    RUNTIME = 7  # cuda_runtime / cuda_driver / legacy "Runtime": launches, syncs, copies
+    PYTHON = 8  # python_function (with_stack)
+    SYNC = 9  # cuda_sync: device-side view of host syncs
+    TRACE_SPAN = 10  # "Trace" spans written by the profiler itself
+
+
+CATEGORY_KIND: dict[str, EventKind] = {
+    "cpu_op": EventKind.CPU_OP,
+    "Operator": EventKind.CPU_OP,
+    "operator": EventKind.CPU_OP,
+    "user_annotation": EventKind.USER_ANNOTATION,
+    "gpu_user_annotation": EventKind.GPU_USER_ANNOTATION,
+    "kernel": EventKind.KERNEL,
+    "Kernel": EventKind.KERNEL,
+    "gpu_memcpy": EventKind.MEMCPY,
+    "Memcpy": EventKind.MEMCPY,
+    "gpu_memset": EventKind.MEMSET,
+    "Memset": EventKind.MEMSET,
+    "cuda_runtime": EventKind.RUNTIME,
+    "cuda_driver": EventKind.RUNTIME,
+    "Runtime": EventKind.RUNTIME,
+    "python_function": EventKind.PYTHON,
+    "cuda_sync": EventKind.SYNC,
+    "Trace": EventKind.TRACE_SPAN,
+}
+
+HOST_KINDS = (EventKind.CPU_OP, EventKind.USER_ANNOTATION)
+DEVICE_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
+
+
+@dataclass(frozen=True)
+class EventTable:
+    """One row per complete event. All arrays have the same length."""
+
+    kind: np.ndarray  # int8, EventKind
+    name_id: np.ndarray  # int32 index into names
+    thread_id: np.ndarray  # int32 index into threads
+    ts: np.ndarray  # float64 µs
+    dur: np.ndarray  # float64 µs
+    external_id: np.ndarray  # int64, -1 when absent (links ops, launches and kernels)
+    correlation: np.ndarray  # int64, -1 when absent (links a launch to its kernel)
+    stream: np.ndarray  # int64, -1 when absent
+    device: np.ndarray  # int64, -1 when absent
+    nbytes: np.ndarray  # int64 bytes moved by a memcpy/memset, -1 when absent
+    shape_offset: np.ndarray  # int64 into shapes_blob, -1 when the event has no "Input Dims"
+    shape_length: np.ndarray  # int32 length of the raw "Input Dims" JSON in shapes_blob
+    names: list[str]
+    threads: list[tuple[str, str]]  # (pid, tid) as strings
+    shapes_blob: bytes = b""
+
+    def __len__(self) -> int:
+        return int(self.ts.shape[0])
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.ts + self.dur
+
+    def name_mask(self, predicate: Any) -> np.ndarray:
+        """Row mask of events whose name satisfies ``predicate(name) -> bool``.
+
+        The predicate runs once per distinct name, not once per event.
+        """
+        per_name = np.fromiter((bool(predicate(n)) for n in self.names), dtype=bool,
+                               count=len(self.names))
+        if per_name.size == 0:
+            return np.zeros(len(self), dtype=bool)
+        return per_name[self.name_id]
+
+    def input_dims(self, row: int) -> bytes | None:
+        """The raw JSON of the event's ``Input Dims`` (record_shapes), or None."""
+        offset = int(self.shape_offset[row])
+        if offset < 0:
+            return None
+        return self.shapes_blob[offset : offset + int(self.shape_length[row])]
+
+
+@dataclass(frozen=True)
+class MemoryTable:
+    """Allocator events (``[memory]``): one row per allocation or free."""
+
+    ts: np.ndarray  # float64 µs
+    total_allocated: np.ndarray  # int64 bytes after the event
+    total_reserved: np.ndarray  # int64 bytes after the event
+    nbytes: np.ndarray  # int64, negative for a free
+    device_type: np.ndarray  # int8, 0 = CPU, 1 = CUDA (c10 DeviceType)
+    device_id: np.ndarray  # int16, -1 for CPU
+
+    def __len__(self) -> int:
+        return int(self.ts.shape[0])
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One entry of the trace's ``deviceProperties``."""
+
+    id: int
+    name: str
+    total_memory: int  # bytes; 0 when unknown
+    compute_major: int
+    compute_minor: int
+    num_sms: int
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """Top-level facts of the trace file."""
+
+    path: str
+    devices: tuple[DeviceInfo, ...] = ()
+    distributed: dict[str, Any] | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    base_time_ns: int | None = None
+    # What torchtriage's own capture wrote into the trace (warm-up and partial steps).
+    torchtriage: dict[str, Any] = field(default_factory=dict)
+    raw_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One rank's trace: events, allocator events and file metadata."""
+
+    events: EventTable
+    memory: MemoryTable
+    meta: TraceMeta
+
+    @property
+    def has_device_activity(self) -> bool:
+        """True when the trace holds device (GPU) kernels, copies or memsets."""
+        return bool(np.isin(self.events.kind, DEVICE_KINDS).any())

@@ -1,0 +1,39 @@
+"""Shared fixtures: paths to the shared real traces, synthetic trace writers, example runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_TRACES = Path(os.environ.get("TORCHTRIAGE_SHARED_TRACES", REPO.parent / "shared" / "traces"))
+
+
+def write_trace(path: Path, events: list[dict], gz: bool = False, **top) -> Path:
+    """Write a chrome-trace JSON file with ``events`` and top-level keys ``top``."""
+    doc = {"schemaVersion": 1, **top, "traceEvents": events}
+    data = json.dumps(doc).encode()
+    if gz:
+        path.write_bytes(gzip.compress(data))
+    else:
+        path.write_bytes(data)
+    return path
+
+
+def x(name: str, ts: float, dur: float, cat: str = "cpu_op", pid=1, tid=1, **args) -> dict:
+    """A complete ("X") event."""
+    ev = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
+    if args:
+        ev["args"] = {k.replace("_", " "): v for k, v in args.items()}
+    return ev
+
+
+@pytest.fixture
+def shared_traces() -> Path:
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"shared traces not found at {SHARED_TRACES}")
+    return SHARED_TRACES

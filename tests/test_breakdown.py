@@ -1,0 +1,140 @@
+"""Step-time attribution: exact on hand-built traces, sums to wall time on random ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import write_trace, x
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchtriage.analysis.breakdown import attribute, step_breakdown
+from torchtriage.analysis.intervals import merge, total
+from torchtriage.analysis.steps import find_steps
+from torchtriage.trace import load_trace
+
+
+def test_merge_unions_overlaps_and_drops_empty():
+    s, e = merge(np.array([5.0, 0.0, 2.0, 20.0, 30.0]), np.array([8.0, 3.0, 6.0, 25.0, 30.0]))
+    assert s.tolist() == [0.0, 20.0] and e.tolist() == [8.0, 25.0]
+    assert total(np.array([0.0, 1.0]), np.array([2.0, 3.0])) == 3.0
+
+
+def test_priority_subtraction_on_one_window():
+    # Window [0, 100). Category 0 covers [10, 40); category 1 covers [30, 60) and [90, 120).
+    out = attribute(np.array([0.0]), np.array([100.0]),
+                    [(np.array([10.0]), np.array([40.0])),
+                     (np.array([30.0, 90.0]), np.array([60.0, 120.0]))])
+    assert out.tolist() == [[30.0, 30.0, 40.0]]
+
+
+intervals = st.lists(
+    st.tuples(st.floats(0, 1000, allow_nan=False), st.floats(0, 200, allow_nan=False)),
+    max_size=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cats=st.lists(intervals, min_size=1, max_size=5),
+    cuts=st.lists(st.floats(0, 1200, allow_nan=False), min_size=2, max_size=8, unique=True),
+)
+def test_attribution_rows_sum_to_window_and_respect_priority(cats, cuts):
+    cuts = np.sort(np.array(cuts))
+    starts, ends = cuts[:-1], cuts[1:]
+    claims = [(np.array([a for a, _ in c], dtype=float),
+               np.array([a + d for a, d in c], dtype=float)) for c in cats]
+    out = attribute(starts, ends, claims)
+    np.testing.assert_allclose(out.sum(axis=1), ends - starts, rtol=0, atol=1e-6)
+    assert (out >= -1e-9).all()
+    # The first category gets exactly its covered time inside each window.
+    s0, e0 = claims[0]
+    for i, (ws, we) in enumerate(zip(starts, ends, strict=True)):
+        covered = total(np.clip(s0, ws, we), np.clip(e0, ws, we))
+        assert out[i, 0] == pytest.approx(covered, abs=1e-6)
+
+
+def _gpu_trace(tmp_path):
+    """Two steps of 1000 µs with known overlaps (all times µs)."""
+    events = []
+    for step, base in ((1, 0.0), (2, 1000.0)):
+        events += [
+            x(f"ProfilerStep#{step}", base, 1000.0, cat="user_annotation"),
+            # Device copy of the step marker: must not become a step of its own.
+            x(f"ProfilerStep#{step}", base, 1000.0, cat="gpu_user_annotation", pid=0, tid=7),
+            x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", base, 300.0,
+              cat="user_annotation"),
+            x("aten::linear", base + 300, 200.0),
+            x("cudaLaunchKernel", base + 310, 20.0, cat="cuda_runtime", correlation=1),
+            x("Memcpy HtoD (Pageable -> Device)", base + 250, 100.0, cat="gpu_memcpy", pid=0,
+              tid=7, stream=7),
+            x("volta_sgemm_128x64_nn", base + 400, 300.0, cat="kernel", pid=0, tid=7, stream=7),
+            x("ncclDevKernel_AllReduce_Sum_f32_RING_LL", base + 600, 300.0, cat="kernel", pid=0,
+              tid=20, stream=20),
+            x("cudaStreamSynchronize", base + 900, 50.0, cat="cuda_runtime"),
+        ]
+    return load_trace(write_trace(tmp_path / "gpu.json", events))
+
+
+def test_gpu_breakdown_exact(tmp_path):
+    trace = _gpu_trace(tmp_path)
+    steps = find_steps(trace)
+    assert steps.source == "profiler_step" and steps.numbers.tolist() == [1, 2]
+    b = step_breakdown(trace, steps)
+    per_step = dict(zip(b.categories, b.exposed_us[0], strict=True))
+    assert per_step["kernel"] == pytest.approx(300)  # sgemm [400, 700)
+    assert per_step["communication"] == pytest.approx(200)  # nccl [600, 900) minus kernel
+    assert per_step["h2d_input"] == pytest.approx(100)  # memcpy [250, 350)
+    assert per_step["runtime"] == pytest.approx(50)  # sync [900, 950); launch under memcpy
+    assert per_step["data_loading"] == pytest.approx(250)  # [0, 300) minus memcpy
+    assert per_step["cpu_exec"] == pytest.approx(50)  # linear [300, 500) minus copy/kernel
+    assert per_step["idle"] == pytest.approx(50)  # [950, 1000)
+    np.testing.assert_allclose(b.exposed_us.sum(axis=1), b.wall_us)
+
+
+def test_cpu_breakdown_exact(tmp_path):
+    events = [
+        x("ProfilerStep#5", 0, 1000, cat="user_annotation"),
+        x("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", 0, 100,
+          cat="user_annotation"),
+        x("aten::linear", 120, 200),
+        x("autograd::engine::evaluate_function: AddmmBackward0", 350, 250),
+        x("AddmmBackward0", 360, 200),
+        x("Optimizer.step#SGD.step", 650, 100, cat="user_annotation"),
+        x("aten::add_", 660, 20),
+        # gloo on its own thread: [500, 900) overlaps backward [350, 600).
+        x("gloo:all_reduce", 500, 400, cat="user_annotation", tid=99),
+    ]
+    trace = load_trace(write_trace(tmp_path / "cpu.json", events))
+    b = step_breakdown(trace, find_steps(trace))
+    got = dict(zip(b.categories, b.exposed_us[0], strict=True))
+    assert got == pytest.approx({"data_loading": 100, "optimizer": 100, "backward": 250,
+                                 "forward": 200, "communication": 200, "other": 150})
+
+
+def test_step_fallbacks(tmp_path):
+    opt = [x("Optimizer.step#Adam.step", t, 10, cat="user_annotation") for t in (100, 300, 600)]
+    trace = load_trace(write_trace(tmp_path / "opt.json", [x("aten::mm", 0, 50), *opt]))
+    steps = find_steps(trace)
+    assert steps.source == "optimizer_step"
+    assert steps.start.tolist() == [110, 310] and steps.end.tolist() == [310, 610]
+
+    trace = load_trace(write_trace(tmp_path / "none.json", [x("aten::mm", 5, 50),
+                                                             x("aten::add", 80, 40)]))
+    steps = find_steps(trace)
+    assert steps.source == "window"
+    assert (steps.start.tolist(), steps.end.tolist()) == ([5], [120])
+
+
+def test_warmup_and_partial_steps_are_excluded(tmp_path):
+    events = [x(f"ProfilerStep#{n}", n * 100, 100, cat="user_annotation") for n in range(1, 6)]
+    meta = {"warmup_steps": [1, 2], "partial_steps": [5]}
+    trace = load_trace(write_trace(tmp_path / "w.json", events, torchtriage=meta))
+    steps = find_steps(trace)
+    assert steps.numbers.tolist() == [3, 4]
+    assert steps.excluded == {1: "warm-up", 2: "warm-up",
+                              5: "partial: the loop ended inside this step"}
+    # Only warm-up steps recorded: they are analysed rather than nothing.
+    trace = load_trace(write_trace(tmp_path / "w2.json", events[:2],
+                                   torchtriage={"warmup_steps": [1, 2], "partial_steps": []}))
+    assert find_steps(trace).numbers.tolist() == [1, 2]

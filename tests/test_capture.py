@@ -1,0 +1,124 @@
+"""torchtriage.profile with the real torch.profiler: schedule pitfalls, noise, run directory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import torchtriage
+from torchtriage.errors import CaptureError
+from torchtriage.trace import load_trace
+
+
+def _loop(prof, steps: int, fail_at: int | None = None, exc: Exception | None = None):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(16, 32)
+    for i in range(steps):
+        if fail_at is not None and i == fail_at:
+            raise exc
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        prof.step()
+
+
+def test_full_window_writes_trace_diagnosis_and_run_record(tmp_path):
+    with torchtriage.profile(tmp_path / "run") as prof:
+        _loop(prof, 10)
+    d = prof.diagnosis
+    assert prof.trace_path.name.endswith(".pt.trace.json.gz")
+    # tensorboard_trace_handler naming: <worker>.<time_ns>.pt.trace.json.gz
+    assert len(prof.trace_path.name.split(".")) == 6
+    assert d.trace.steps_analyzed == [3, 4, 5, 6, 7]
+    assert d.trace.steps_excluded == {"1": "warm-up", "2": "warm-up"}
+    saved = json.loads((tmp_path / "run" / "diagnosis.json").read_text())
+    assert saved["primary"] == d.primary and saved["schema"] == "torchtriage.diagnosis/1"
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["steps_run"] == 10 and run["trace"] == prof.trace_path.name
+    # The step() that stops and exports the trace is never counted as a step.
+    assert d.capture.excluded_host_steps == {
+        "7": "profiler step() call (stop, post-processing and export)"}
+    assert d.capture.host_step_ms_median is not None and d.capture.host_step_ms_median > 0
+    # Record shapes and memory are on by default.
+    trace = load_trace(prof.trace_path)
+    assert (trace.events.shape_offset >= 0).any() and len(trace.memory) > 0
+
+
+def test_leaving_during_warmup_keeps_what_was_recorded(tmp_path):
+    with torchtriage.profile(tmp_path) as prof:
+        _loop(prof, 3)  # wait=1, then steps #1 and #2 (warm-up) run; #3 never finishes
+    d = prof.diagnosis
+    assert d.trace.steps_analyzed == [1, 2]
+    assert d.trace.steps_excluded == {"3": "partial: the loop ended inside this step"}
+
+
+def test_leaving_mid_window_marks_last_step_partial(tmp_path):
+    with torchtriage.profile(tmp_path) as prof:
+        _loop(prof, 5)
+    assert prof.diagnosis.trace.steps_analyzed == [3, 4]
+    assert prof.diagnosis.trace.steps_excluded["5"].startswith("partial")
+
+
+def test_too_few_steps_is_a_clear_error_not_a_crash(tmp_path):
+    with pytest.warns(UserWarning, match="no complete step was recorded"), \
+            torchtriage.profile(tmp_path) as prof:
+        _loop(prof, 1)
+    with pytest.raises(CaptureError, match="run at least 2"):
+        _ = prof.diagnosis
+    assert json.loads((tmp_path / "run.json").read_text())["error"]
+
+
+def test_user_exception_propagates_and_trace_is_kept(tmp_path):
+    with pytest.raises(ValueError, match="boom"), torchtriage.profile(tmp_path) as prof:
+        _loop(prof, 8, fail_at=5, exc=ValueError("boom"))
+    assert prof.trace_path is not None and prof.trace_path.exists()
+    assert prof.diagnosis.trace.steps_analyzed == [3, 4]
+
+
+def test_out_of_memory_makes_memory_primary(tmp_path):
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    with pytest.raises(torch.OutOfMemoryError), torchtriage.profile(tmp_path) as prof:
+        _loop(prof, 8, fail_at=6, exc=oom)
+    d = prof.diagnosis
+    assert d.primary == "memory" and d.capture.oom
+    assert d.prescriptions[0].id == "memory.grad_accumulation"
+
+
+def test_profiler_noise_is_filtered_but_user_stderr_passes(tmp_path, capfd):
+    import os
+
+    with torchtriage.profile(tmp_path) as prof:
+        os.write(2, b"user message on fd 2\n")
+        _loop(prof, 8)
+    err = capfd.readouterr().err
+    assert "user message on fd 2" in err
+    assert "profiler_start" not in err and "profiler_stop" not in err
+    assert "Memory block of unknown size" not in err
+
+
+def test_device_memory_budget_on_cpu(tmp_path):
+    with torchtriage.profile(tmp_path) as prof:
+        _loop(prof, 8)
+    (cpu,) = prof.diagnosis.memory
+    assert cpu.capacity_bytes is None  # nothing to judge against without a budget
+    # Parameters created before recording are counted through the baseline.
+    params = sum(p.numel() * 4 for p in torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.Linear(64, 4)).parameters())
+    assert cpu.baseline_bytes >= params
+    assert cpu.peak_allocated_bytes > cpu.baseline_bytes
+    (tight,) = torchtriage.analyze(prof.trace_path, device_memory=cpu.peak_allocated_bytes)
+    assert tight.primary == "memory"
+    assert tight.memory[0].capacity_source == "--device-memory"
+    (roomy,) = torchtriage.analyze(prof.trace_path, device_memory=cpu.peak_allocated_bytes * 2)
+    assert roomy.primary != "memory"
+
+
+def test_bad_options_are_one_line_errors(tmp_path):
+    with pytest.raises(torchtriage.TorchtriageError, match="cannot read memory size"):
+        torchtriage.profile(tmp_path, device_memory="lots")
+    with pytest.raises(torchtriage.TorchtriageError, match="invalid schedule"):
+        torchtriage.profile(tmp_path, active=0)

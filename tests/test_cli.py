@@ -1,0 +1,109 @@
+"""The command line: output, JSON schema and one-line errors (checked in a real subprocess)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import write_trace, x
+
+from torchtriage.cli import main
+
+CLI = [sys.executable, "-m", "torchtriage"]
+
+
+def _run(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _cpu_trace(tmp_path):
+    events = []
+    for n in range(3, 6):
+        base = n * 1000.0
+        events += [
+            x(f"ProfilerStep#{n}", base, 1000, cat="user_annotation"),
+            x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", base, 800,
+              cat="user_annotation"),
+            x("aten::mm", base + 820, 150),
+        ]
+    return write_trace(tmp_path / "t.pt.trace.json.gz", events, gz=True)
+
+
+def test_analyze_prints_report(tmp_path, capsys):
+    assert main(["analyze", str(_cpu_trace(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert "Bottleneck: data_loading" in out
+    assert "dataloader.num_workers" in out
+    assert "Top host ops by self time" in out
+
+
+def test_analyze_json_schema(tmp_path, capsys):
+    assert main(["analyze", str(_cpu_trace(tmp_path)), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "torchtriage.diagnosis/1"
+    assert doc["primary"] == "data_loading"
+    assert set(doc["layers"]) == {"data_loading", "host", "kernel", "communication", "memory"}
+    for layer in doc["layers"].values():
+        assert {"share", "time_ms", "evidence"} <= set(layer)
+    b = doc["breakdown"]
+    assert b["categories"] == ["data_loading", "optimizer", "backward", "forward",
+                               "communication", "other"]
+    assert [s["step"] for s in b["steps"]] == [3, 4, 5]
+    assert b["exposed_ms"]["data_loading"] == pytest.approx(2.4)
+    assert doc["prescriptions"][0] == {**doc["prescriptions"][0], "id": "dataloader.num_workers",
+                                       "layer": "data_loading", "cost": 1}
+    assert isinstance(doc["findings"], list)
+
+
+def test_analyze_directory_of_several_traces(tmp_path, capsys):
+    _cpu_trace(tmp_path)
+    write_trace(tmp_path / "other.json", [x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+                                          x("aten::mm", 0, 90)])
+    assert main(["analyze", str(tmp_path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "torchtriage.diagnoses/1"
+    assert [d["primary"] for d in doc["diagnoses"]] == ["kernel", "data_loading"]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p / "missing.json", "no such file or directory"),
+        (lambda p: (p / "a.json").write_text("not json") and p / "a.json", "not valid JSON"),
+        (lambda p: (p / "b.json").write_text('{"x": 1}') and p / "b.json",
+         "without 'traceEvents'"),
+        (lambda p: (p / "c.json").write_text('{"traceEvents": []}') and p / "c.json",
+         "empty trace"),
+        (lambda p: (p / "d.json.gz").write_bytes(gzip.compress(b'{"traceEvents": []}' * 99)[:40])
+         and p / "d.json.gz", "truncated or corrupt gzip"),
+        (lambda p: (p / "empty").mkdir() or p / "empty", "holds no trace files"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(tmp_path, make, message):
+    path = make(tmp_path)
+    result = _run("analyze", str(path))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("torchtriage: error: ") and message in lines[0]
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_bad_device_memory_and_usage_errors(tmp_path):
+    result = _run("analyze", str(_cpu_trace(tmp_path)), "--device-memory", "huge")
+    assert result.returncode == 2 and "cannot read memory size" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = _run("analyze")
+    assert result.returncode == 2 and "Missing argument" in result.stderr
+
+
+def test_demo_runs_end_to_end(tmp_path):
+    result = _run("demo", "--out", str(tmp_path / "demo"), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "Bottleneck: data_loading" in result.stdout
+    assert "First prescription: dataloader.num_workers" in result.stdout
+    assert (tmp_path / "demo" / "diagnosis.json").exists()
+    assert "profiler_start" not in result.stderr

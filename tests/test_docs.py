@@ -1,0 +1,43 @@
+"""The README stays true: set-up commands, CI command, vocabularies and thresholds."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from torchtriage.analysis.categories import CPU_CATEGORIES, GPU_CATEGORIES
+from torchtriage.diagnosis import LAYERS
+from torchtriage.diagnosis import thresholds as th
+from torchtriage.diagnosis.catalog import CATALOG
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+
+
+def _quickstart() -> list[str]:
+    block = README.split("## Quickstart", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [line for line in block.strip().splitlines() if line.strip()]
+
+
+def test_exactly_two_setup_commands_and_ci_runs_the_test_one():
+    install, test = _quickstart()
+    assert install.startswith("pip install torch==2.13.0 && ") and "torchtriage demo" in install
+    ci = (REPO / ".ci" / "run").read_text()
+    assert test in ci.splitlines()
+    assert ci.index("pip install --quiet torch==2.13.0") < ci.index(test)
+
+
+def test_every_id_is_documented():
+    for r in CATALOG:
+        assert f"`{r.id}`" in README, r.id
+    for t in th.ALL:
+        assert f"`{t.name}`" in README, t.name
+    for name in (*LAYERS, *GPU_CATEGORIES, *CPU_CATEGORIES):
+        assert f"`{name}`" in README, name
+
+
+def test_architecture_names_every_package_folder():
+    arch = README.split("## Architecture", 1)[1]
+    for folder in sorted(p.name for p in (REPO / "src" / "torchtriage").iterdir()
+                         if p.is_dir() and not p.name.startswith("_")):
+        assert re.search(rf"\b{folder}/", arch), folder

@@ -1,0 +1,134 @@
+"""Trace ingest: format variations are accepted, bad input is one clear TraceError."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+from conftest import write_trace, x
+
+from torchtriage.errors import TraceError
+from torchtriage.trace import EventKind, find_trace_files, load_trace
+
+
+def test_columns_hold_events_and_interned_names(tmp_path):
+    events = [
+        x("ProfilerStep#3", 0.0, 100.0, cat="user_annotation"),
+        x("aten::mm", 10.5, 20.25, External_id=7),
+        x("aten::mm", 40.0, 10.0),
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
+    ]
+    t = load_trace(write_trace(tmp_path / "t.json", events))
+    ev = t.events
+    assert len(ev) == 3
+    assert ev.names.count("aten::mm") == 1
+    assert list(ev.kind) == [EventKind.USER_ANNOTATION, EventKind.CPU_OP, EventKind.CPU_OP]
+    assert ev.ts[1] == pytest.approx(10.5) and ev.dur[1] == pytest.approx(20.25)
+    assert list(ev.external_id) == [-1, 7, -1]
+
+
+def test_accepts_legacy_categories_string_ids_and_int_timestamps(tmp_path):
+    events = [
+        x("ProfilerStep#1", 1623142623460000, 1000, cat="Operator", pid=25738, tid="25738"),
+        {"ph": "X", "cat": "Kernel", "name": "volta_sgemm", "pid": 0, "tid": "stream 7",
+         "ts": 1623142623460100, "dur": 50,
+         "args": {"stream": 7, "correlation": 11, "external id": 3, "device": 0}},
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 25738, "tid": "25738",
+         "ts": 1623142623460050, "dur": 5, "args": {"correlation": 11, "external id": 3}},
+        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans",
+         "tid": "PyTorch Profiler", "ts": 1623142623460000, "dur": 2000},
+    ]
+    t = load_trace(write_trace(tmp_path / "legacy.json", events))
+    assert t.has_device_activity
+    kernel = int(np.flatnonzero(t.events.kind == EventKind.KERNEL)[0])
+    assert t.events.external_id[kernel] == 3
+    assert t.events.stream[kernel] == 7
+    assert ("Spans", "PyTorch Profiler") in t.events.threads
+
+
+def test_string_numbers_in_args_are_normalised(tmp_path):
+    # ROCm traces write "stream" as a string.
+    ev = {"ph": "X", "cat": "kernel", "name": "Cijk_x", "pid": 0, "tid": 1, "ts": 0, "dur": 1,
+          "args": {"stream": "3", "correlation": "bogus"}}
+    t = load_trace(write_trace(tmp_path / "amd.json", [ev]))
+    assert t.events.stream[0] == 3 and t.events.correlation[0] == -1
+
+
+def test_memory_events_as_instant_and_complete(tmp_path):
+    mem_args = {"Total Allocated": 1000, "Total Reserved": 4096, "Bytes": 1000,
+                "Device Type": 1, "Device Id": 0}
+    events = [
+        x("aten::empty", 0, 1),
+        {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1,
+         "tid": 1, "ts": 0.5, "args": mem_args},
+        # Python exporter writes [memory] as a complete event.
+        {"ph": "X", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
+         "ts": 0.7, "dur": 0, "args": {**mem_args, "Total Allocated": 3000}},
+    ]
+    t = load_trace(write_trace(tmp_path / "m.json", events))
+    assert len(t.events) == 1
+    assert list(t.memory.total_allocated) == [1000, 3000]
+    assert list(t.memory.device_type) == [1, 1]
+
+
+def test_gzip_and_metadata(tmp_path):
+    p = write_trace(tmp_path / "t.pt.trace.json.gz", [x("a", 0, 1)], gz=True,
+                    deviceProperties=[{"id": 0, "name": "H200", "totalGlobalMem": 150 * 2**30,
+                                       "computeMajor": 9, "computeMinor": 0}],
+                    distributedInfo={"backend": "nccl", "rank": 3, "world_size": 8})
+    t = load_trace(p)
+    assert t.meta.devices[0].name == "H200" and t.meta.devices[0].compute_major == 9
+    assert (t.meta.rank, t.meta.world_size) == (3, 8)
+
+
+def test_input_dims_kept_raw(tmp_path):
+    ev = x("aten::mm", 0, 1)
+    ev["args"] = {"Input Dims": [[8, 64], [64, 64]], "Input type": ["float", "float"]}
+    t = load_trace(write_trace(tmp_path / "s.json", [ev]))
+    assert json.loads(t.events.input_dims(0)) == [[8, 64], [64, 64]]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"this is not json", "not valid JSON"),
+        (b"", "empty file"),
+        (b'{"schemaVersion": 1}', "without 'traceEvents'"),
+        (b'{"traceEvents": []}', "empty trace"),
+        (b"[[1, 2], [3, 4]]", "top level is not a JSON object"),
+        (b'{"schema": "1.0.3", "nodes": [{"id": 1}]}', "execution trace"),
+        (b'{"traceEvents": [{"ph": "X", "ts": "soon"}]}', "not a Kineto trace"),
+    ],
+)
+def test_bad_files_raise_one_line_trace_error(tmp_path, content, message):
+    p = tmp_path / "bad.json"
+    p.write_bytes(content)
+    with pytest.raises(TraceError) as err:
+        load_trace(p)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_truncated_gzip(tmp_path):
+    data = gzip.compress(json.dumps({"traceEvents": [x("a", 0, 1)] * 500}).encode())
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceError, match="truncated or corrupt gzip"):
+        load_trace(p)
+
+
+def test_find_trace_files(tmp_path):
+    with pytest.raises(TraceError, match="no such file"):
+        find_trace_files(tmp_path / "missing")
+    with pytest.raises(TraceError, match="holds no trace files"):
+        find_trace_files(tmp_path)
+    write_trace(tmp_path / "b.pt.trace.json.gz", [x("a", 0, 1)], gz=True)
+    write_trace(tmp_path / "a.json", [x("a", 0, 1)])
+    (tmp_path / "diagnosis.json").write_text("{}")
+    assert [p.name for p in find_trace_files(tmp_path)] == ["a.json", "b.pt.trace.json.gz"]
+    nested = tmp_path / "run"
+    (nested / "traces").mkdir(parents=True)
+    write_trace(nested / "traces" / "r0.json", [x("a", 0, 1)])
+    assert [p.name for p in find_trace_files(nested)] == ["r0.json"]
