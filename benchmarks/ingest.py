@@ -1,11 +1,12 @@
 """Ingest speed and memory: torchtriage vs bare orjson parsing, on real traces.
 
-For each trace: raw JSON size, then in a fresh child process each (so peak RSS is its own):
+For each trace: raw JSON size, then each measured in a fresh child process:
   orjson      - gunzip + orjson.loads (the floor: parsing only)
   load        - torchtriage.trace.load_trace (gunzip + typed decode + columns)
   load+diag   - load_trace + diagnose (the whole `torchtriage analyze`)
-Prints median wall time over --repeat runs, MB/s of uncompressed JSON, and peak RSS growth
-over the child's baseline (imports done) in MB.
+Prints median wall time over --repeat runs, MB/s of uncompressed JSON, and the peak of
+Python-heap memory (tracemalloc: every Python object, bytes buffer and numpy array) during the
+work, measured in one more run, since tracing slows the work down.
 
     python benchmarks/ingest.py            # the largest traces in ../shared/traces
     python benchmarks/ingest.py --quick    # one small trace, one repeat (CI smoke test)
@@ -32,14 +33,13 @@ DEFAULT = [
 QUICK = ["hta/trace_filter/sampled_rank-0.json.gz"]
 
 CHILD = r"""
-import gzip, json, resource, sys, time
-mode, path = sys.argv[1], sys.argv[2]
+import gzip, json, sys, time, tracemalloc
+mode, path, trace_memory = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 import orjson
 from torchtriage.diagnosis import diagnose
 from torchtriage.trace import load_trace
-def rss_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-base = rss_mb()
+if trace_memory:
+    tracemalloc.start()
 t = time.perf_counter()
 if mode == "orjson":
     data = open(path, "rb").read()
@@ -49,7 +49,8 @@ elif mode == "load":
 else:
     diagnose(load_trace(path))
 elapsed = time.perf_counter() - t
-print(json.dumps({"s": elapsed, "rss_mb": rss_mb() - base}))
+peak = tracemalloc.get_traced_memory()[1] / 1e6 if trace_memory else 0.0
+print(json.dumps({"s": elapsed, "peak_mb": peak}))
 """
 
 
@@ -58,13 +59,16 @@ def raw_size(path: Path) -> int:
     return len(gzip.decompress(data)) if data[:2] == b"\x1f\x8b" else len(data)
 
 
+def _child(mode: str, path: Path, trace_memory: bool) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, mode, str(path), str(int(trace_memory))],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def measure(mode: str, path: Path, repeat: int) -> tuple[float, float]:
-    runs = []
-    for _ in range(repeat):
-        out = subprocess.run([sys.executable, "-c", CHILD, mode, str(path)], check=True,
-                             capture_output=True, text=True).stdout
-        runs.append(json.loads(out.strip().splitlines()[-1]))
-    return statistics.median(r["s"] for r in runs), max(r["rss_mb"] for r in runs)
+    """(median seconds, peak MB of traced Python memory)."""
+    seconds = statistics.median(_child(mode, path, False)["s"] for _ in range(repeat))
+    return seconds, _child(mode, path, True)["peak_mb"]
 
 
 def main() -> None:
@@ -79,15 +83,15 @@ def main() -> None:
     if not paths:
         sys.exit("benchmarks/ingest.py: no traces found (pass paths or put ../shared beside)")
     print("| trace | raw MB | orjson s (MB/s) | load s (MB/s) | load+diagnose s (MB/s) | "
-          "load+diagnose / orjson | peak RSS MB orjson / load+diagnose | RSS / raw |")
+          "load+diagnose / orjson | peak MB orjson / load+diagnose | peak / raw |")
     print("|---|---|---|---|---|---|---|---|")
     for path in paths:
         mb = raw_size(path) / 1e6
         results = {m: measure(m, path, repeat) for m in ("orjson", "load", "diag")}
         cells = [f"{s:.2f} ({mb / s:.0f})" for s, _ in results.values()]
         ratio = results["diag"][0] / results["orjson"][0]
-        rss = f"{results['orjson'][1]:.0f} / {results['diag'][1]:.0f}"
-        print(f"| {path.name[:40]} | {mb:.1f} | {' | '.join(cells)} | {ratio:.2f}x | {rss} | "
+        peak = f"{results['orjson'][1]:.0f} / {results['diag'][1]:.0f}"
+        print(f"| {path.name[:40]} | {mb:.1f} | {' | '.join(cells)} | {ratio:.2f}x | {peak} | "
               f"{results['diag'][1] / mb:.2f}x |")
 
 

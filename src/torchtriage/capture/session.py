@@ -19,6 +19,7 @@ timed separately and never counted in step times.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -37,6 +38,15 @@ from torchtriage.errors import CaptureError, TorchtriageError
 from torchtriage.units import parse_bytes
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
+# torch warns about cycles it clears; this schedule records one cycle only, so it is noise.
+_PROFILER_WARNINGS = r"Warning: Profiler clears events at the end of each cycle"
+
+
+@contextlib.contextmanager
+def _profiler_call():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_PROFILER_WARNINGS)
+        yield
 META_KEY = "torchtriage"
 
 
@@ -171,7 +181,8 @@ class ProfileSession:
         self._stderr = StderrFilter(self.quiet)
         self._stderr.start()
         try:
-            self._prof.__enter__()
+            with _profiler_call():
+                self._prof.__enter__()
         except BaseException:
             self._stderr.stop()
             raise
@@ -188,7 +199,8 @@ class ProfileSession:
         number = self._prof.step_num
         self._step_ms.append((number, (entered - self._last_return) * 1e3))
         # Metadata must reach the trace before it is saved; add it while recording.
-        self._prof.step()
+        with _profiler_call():
+            self._prof.step()
         self._mark_warmup_once()
         self._steps_run += 1
         self._last_return = time.perf_counter()
@@ -200,7 +212,7 @@ class ProfileSession:
 
         if not self._meta_added and self._prof.current_action == ProfilerAction.RECORD:
             self._meta = {"warmup_steps": self._warmup_numbers(), "partial_steps": []}
-            if self.profile_memory and not self._cuda:
+            if self.profile_memory:  # CUDA totals are absolute; CPU ones need the baseline
                 self._meta["cpu_baseline_bytes"] = live_cpu_tensor_bytes()
             self._add_metadata_to(self._prof, self._meta)
             self._meta_added = True
@@ -223,7 +235,8 @@ class ProfileSession:
             meta["partial_steps"] = [prof.step_num]
             self._add_metadata_to(prof, meta)
         try:
-            prof.__exit__(exc_type, exc, tb)
+            with _profiler_call():
+                prof.__exit__(exc_type, exc, tb)
         finally:
             self._stderr.stop()
         oom = is_out_of_memory(exc)
