@@ -41,3 +41,15 @@ def test_architecture_names_every_package_folder():
     for folder in sorted(p.name for p in (REPO / "src" / "torchtriage").iterdir()
                          if p.is_dir() and not p.name.startswith("_")):
         assert re.search(rf"\b{folder}/", arch), folder
+
+
+def test_committed_json_schema_matches_the_code():
+    import json
+
+    from torchtriage.diagnosis.result import json_schema
+
+    committed = json.loads((REPO / "docs" / "diagnosis.schema.json").read_text())
+    assert committed == json_schema(), "run: torchtriage schema > docs/diagnosis.schema.json"
+    diagnosis = committed["$defs"]["Diagnosis"]
+    assert {"primary", "layers", "breakdown"} <= set(diagnosis["required"])
+    assert {"schema", "findings", "prescriptions"} <= set(diagnosis["properties"])

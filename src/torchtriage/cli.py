@@ -101,6 +101,14 @@ def demo(
     console.print(f"[dim]trace and diagnosis.json in {out}/[/dim]")
 
 
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of `analyze --json` / diagnosis.json."""
+    from torchtriage.diagnosis.result import json_schema
+
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(json_schema())).decode() + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return the exit status instead of raising."""
     try:

@@ -154,6 +154,13 @@ class Diagnosis(msgspec.Struct, kw_only=True):
         return renderable(self)
 
 
+def json_schema() -> dict:
+    """The JSON Schema of the diagnosis document (committed as docs/diagnosis.schema.json)."""
+    schema = msgspec.json.schema(Diagnosis)
+    schema["$id"] = SCHEMA
+    return schema
+
+
 def decode_diagnosis(data: bytes | str) -> Diagnosis:
     """Read a diagnosis back from its JSON."""
     return msgspec.json.decode(data, type=Diagnosis)
