@@ -10,10 +10,15 @@ import numpy as np
 
 from torchtriage import __version__
 from torchtriage.analysis.breakdown import Breakdown, step_breakdown
+from torchtriage.analysis.idle import comm_compute_overlap, idle_breakdown, temporal_breakdown
+from torchtriage.analysis.kernels import device_ops
+from torchtriage.analysis.launch import launch_stats
 from torchtriage.analysis.memory import memory_peaks
 from torchtriage.analysis.ops import OpStat, op_nesting, top_device_ops, top_host_ops
 from torchtriage.analysis.shapes import dynamic_shape_ops
-from torchtriage.analysis.steps import find_steps
+from torchtriage.analysis.steps import StepWindows, find_steps
+from torchtriage.analysis.transfers import transfers
+from torchtriage.analysis.utilization import busy_time, class_times, top_kernels
 from torchtriage.diagnosis import result as r
 from torchtriage.diagnosis import rules
 from torchtriage.diagnosis import thresholds as th
@@ -25,7 +30,7 @@ from torchtriage.diagnosis.vocabulary import (
     LAYERS,
     TIME_LAYERS,
 )
-from torchtriage.trace.model import Trace
+from torchtriage.trace.model import EventKind, Trace
 
 _SIGNIFICANT = {
     "data_loading": th.DATA_LOADING_SIGNIFICANT,
@@ -60,6 +65,7 @@ def diagnose(
         trace=trace, steps=steps, breakdown=breakdown, nesting=nesting,
         layer_us=_layer_times(breakdown, gpu, small), small_op_us=small,
         memory=_memory_with_capacity(trace, device_memory), oom=oom,
+        device=_device_evidence(trace, steps) if gpu else None,
     )
 
     memory_fired, memory_verdict = rules.memory_rule(facts)
@@ -72,7 +78,10 @@ def diagnose(
         "kernel": rules.kernel_rule(facts, primary == "kernel"),
         "communication": rules.communication_rule(facts),
     }
+    missing = _missing(trace, steps)
     confidence, margin_evidence = _confidence(facts, primary, runner_up, memory_verdict)
+    if any(m.startswith(_ACCELERATOR_WITHOUT_KERNELS) for m in missing):
+        confidence = "low"  # a device job judged from its host side alone
     verdicts[primary].evidence.insert(0, margin_evidence)
 
     findings = _step_findings(steps)
@@ -123,7 +132,106 @@ def diagnose(
         dynamic_shapes=[r.DynamicShape(op=d.name, steps_seen=d.steps_seen,
                                        distinct_signatures=d.distinct_signatures,
                                        examples=list(d.examples)) for d in dynamic],
+        gpu=_gpu_report(trace, facts, top) if facts.device is not None else None,
+        missing=missing,
     )
+
+
+def _device_evidence(trace: Trace, steps: StepWindows) -> rules.DeviceEvidence:
+    ops = device_ops(trace, steps)
+    busy, _ = busy_time(trace, ops, steps)
+    return rules.DeviceEvidence(
+        ops=ops, classes=class_times(trace, ops),
+        launches=launch_stats(trace, ops, steps, th.SHORT_KERNEL_US.value),
+        transfers=transfers(trace, steps), busy_us=busy,
+    )
+
+
+def _gpu_report(trace: Trace, facts: rules.Facts, top: int) -> r.GpuReport:
+    dev = facts.device
+    wall = facts.wall_us or 1.0
+    busy, streams = busy_time(trace, dev.ops, facts.steps)
+    idle = idle_breakdown(trace, dev.ops, th.KERNEL_WAIT_US.value)
+    temporal = temporal_breakdown(trace)
+    summed = sum(c.time_us for c in dev.classes) or 1.0
+    launches, moved = dev.launches, dev.transfers
+
+    def copies(c) -> r.Copies:
+        return r.Copies(count=c.count, pageable=c.pageable, bytes=c.bytes,
+                        time_ms=round(c.time_us / 1e3, 3))
+
+    return r.GpuReport(
+        utilization=round(busy / wall, 4),
+        busy_ms=round(busy / 1e3, 3),
+        streams=[r.StreamUse(device=s.device, stream=s.stream, busy_ms=round(s.busy_us / 1e3, 3),
+                             utilization=round(s.busy_us / wall, 4), events=s.events)
+                 for s in streams],
+        idle=r.IdleTime(host_wait_ms=round(idle.host_wait_us / 1e3, 3),
+                        kernel_wait_ms=round(idle.kernel_wait_us / 1e3, 3),
+                        other_ms=round(idle.other_us / 1e3, 3),
+                        kernel_wait_threshold_us=th.KERNEL_WAIT_US.value),
+        temporal=None if temporal is None else r.TemporalBreakdown(
+            span_ms=round(temporal.span_us / 1e3, 3),
+            idle_pct=round(temporal.pct(temporal.idle_us), 3),
+            compute_pct=round(temporal.pct(temporal.compute_us), 3),
+            non_compute_pct=round(temporal.pct(temporal.non_compute_us), 3)),
+        comm_compute_overlap_pct=_round(comm_compute_overlap(trace), 3),
+        kernel_classes=[r.KernelClassTime(
+            cls=c.cls, count=c.count, time_ms=round(c.time_us / 1e3, 3),
+            share=round(c.time_us / summed, 4), tensor_core_ms=round(c.tensor_core_us / 1e3, 3),
+            no_tensor_core_ms=round(c.no_tensor_core_us / 1e3, 3)) for c in dev.classes],
+        top_kernels=[r.KernelRow(name=k.name, cls=k.cls, count=k.count,
+                                 time_ms=round(k.time_us / 1e3, 3),
+                                 share=round(k.time_us / summed, 4),
+                                 tensor_cores=k.tensor_cores, launched_by=k.launched_by)
+                     for k in top_kernels(trace, dev.ops, top)],
+        launches=r.Launches(
+            kernels_per_step=round(launches.kernels_per_step, 2),
+            launch_cost_us_median=_round(launches.launch_cost_us_median, 3),
+            launch_cost_us_p90=_round(launches.launch_cost_us_p90, 3),
+            launch_delay_us_median=_round(launches.launch_delay_us_median, 3),
+            launch_delay_us_p90=_round(launches.launch_delay_us_p90, 3),
+            short_kernel_share=round(launches.short_kernel_share, 4),
+            short_kernel_time_share=round(launches.short_kernel_time_share, 4),
+            short_kernel_us=launches.short_kernel_us),
+        transfers=r.TransfersInfo(h2d=copies(moved.h2d), d2h=copies(moved.d2h),
+                                  d2d=copies(moved.d2d), sync_copy_calls=moved.sync_copy_calls,
+                                  syncs_per_step=moved.syncs_per_step),
+    )
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+_ACCELERATOR_WITHOUT_KERNELS = ("device events of a non-GPU accelerator", "device kernels (")
+
+
+def _missing(trace: Trace, steps: StepWindows) -> list[str]:
+    """What the trace lacks, each with the analysis it costs."""
+    ev = trace.events
+    out = []
+    names = set(ev.names)
+    if not trace.has_device_activity:
+        if (ev.kind == EventKind.OTHER).any() and any("mtia" in n.lower() for n in names):
+            out.append("device events of a non-GPU accelerator (MTIA): GPU analyses skipped; "
+                       "host-side breakdown only")
+        elif any(n.startswith(("cuda", "hip")) for n in names):
+            out.append("device kernels (runtime calls but no kernel events: CUPTI counter mode "
+                       "or device activity off): GPU analyses skipped")
+        else:
+            out.append("device events (CPU-only trace): GPU analyses skipped")
+    if trace.has_device_activity and not trace.meta.devices:
+        out.append("deviceProperties: GPU memory capacity and tensor-core support unknown")
+    if steps.source != "profiler_step":
+        out.append(f"ProfilerStep#N markers: steps taken from {steps.source.replace('_', ' ')}")
+    if len(trace.memory) == 0:
+        out.append("[memory] events (profile_memory=False): memory peaks not assessed")
+    if not (ev.shape_offset >= 0).any():
+        out.append("Input Dims (record_shapes=False): dynamic shapes not assessed")
+    if trace.has_device_activity and not (ev.correlation >= 0).any():
+        out.append("correlation ids: kernels cannot be linked to launches")
+    return out
 
 
 def _layer_times(breakdown: Breakdown, gpu: bool, small_op_us: float) -> dict[str, float]:

@@ -7,6 +7,7 @@ the catalog remedies that apply, each with the reason it applies here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,25 +15,36 @@ import numpy as np
 from torchtriage.analysis.breakdown import Breakdown
 from torchtriage.analysis.categories import is_dataloader
 from torchtriage.analysis.intervals import covers, merge
+from torchtriage.analysis.kernels import KERNEL_CLASSES, DeviceOps
+from torchtriage.analysis.launch import LaunchStats
 from torchtriage.analysis.memory import DeviceMemory
 from torchtriage.analysis.ops import OpNesting, in_steps
-from torchtriage.analysis.steps import StepWindows
+from torchtriage.analysis.steps import OPTIMIZER_STEP_PREFIX, StepWindows
+from torchtriage.analysis.transfers import SYNC_CALLS, Transfers
+from torchtriage.analysis.utilization import ClassTime
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID, Remedy
 from torchtriage.diagnosis.result import Evidence, Finding
 from torchtriage.trace.model import EventKind, Trace
 
-SYNC_NAMES = frozenset(
-    {
-        "cudaDeviceSynchronize",
-        "cudaStreamSynchronize",
-        "cudaEventSynchronize",
-        "hipDeviceSynchronize",
-        "hipStreamSynchronize",
-        "aten::item",
-        "aten::_local_scalar_dense",
-    }
-)
+
+@dataclass
+class DeviceEvidence:
+    """Device-side analyses of a GPU trace, computed once."""
+
+    ops: DeviceOps
+    classes: list[ClassTime]
+    launches: LaunchStats
+    transfers: Transfers
+    busy_us: float
+
+    def class_time(self, *classes: str) -> float:
+        return sum(c.time_us for c in self.classes if c.cls in classes)
+
+    @property
+    def kernel_time(self) -> float:
+        """Summed time of kernels (copies and memsets excluded)."""
+        return sum(c.time_us for c in self.classes if c.cls not in ("memcpy", "memset"))
 
 
 @dataclass
@@ -47,6 +59,7 @@ class Facts:
     small_op_us: float  # CPU: outermost-op time under th.SMALL_OP_US moved from kernel to host
     memory: list[tuple[DeviceMemory, int | None, str | None]]  # peak, capacity, capacity source
     oom: bool = False
+    device: DeviceEvidence | None = None  # GPU traces only
 
     @property
     def gpu(self) -> bool:
@@ -130,7 +143,8 @@ def memory_rule(f: Facts) -> tuple[bool, Verdict]:
                 message=f"Peak memory on {peak.device} is {frac:.0%} of capacity "
                         f"({used / 2**30:.2f} of {cap / 2**30:.2f} GiB): it caps the batch size.",
                 evidence=[ev]))
-        if peak.peak_reserved > 0:
+        big_cache = peak.peak_reserved >= th.FRAGMENTATION_MIN_RESERVED.value * cap
+        if peak.peak_reserved > 0 and big_cache:
             idle = (peak.reserved_at_peak_allocated - peak.peak_allocated)
             frag = idle / peak.reserved_at_peak_allocated if peak.reserved_at_peak_allocated else 0
             fev = share_evidence(f"fragmentation[{peak.device}]", frag, th.MEMORY_FRAGMENTATION)
@@ -162,46 +176,59 @@ def memory_rule(f: Facts) -> tuple[bool, Verdict]:
 
 
 def data_loading_rule(f: Facts) -> Verdict:
+    """DataLoader four-piece when the loader is exposed; pinned, async copies when the copy is.
+
+    Loader fixes are listed only when the trace has a DataLoader; when exposed host-to-device
+    copies outweigh exposed loading, the copy fixes come first.
+    """
     share = f.share("data_loading")
     v = Verdict(evidence=[share_evidence("data_loading_share", share,
                                          th.DATA_LOADING_SIGNIFICANT)])
     single = f.names_matching(lambda n: "_SingleProcessDataLoaderIter" in n)
     multi = f.names_matching(lambda n: "_MultiProcessingDataLoaderIter" in n)
+    has_loader = bool(f.names_matching(is_dataloader))
     if single:
         v.findings.append(Finding(
             id="data_loading.single_process", severity="warning" if share >= 0.05 else "info",
             layer="data_loading",
             message="The DataLoader loads batches in the training process (num_workers=0)."))
-    pageable = f.count_in_steps(lambda n: "Pageable" in n and ("HtoD" in n or "H2D" in n),
-                                (EventKind.MEMCPY,))
-    if f.gpu:
+    h2d_share = f.breakdown.share("h2d_input") if f.gpu else 0.0
+    pageable = f.device.transfers.h2d.pageable if f.device else 0
+    if f.device is not None:
+        h2d = f.device.transfers.h2d
         v.evidence.append(Evidence(metric="pageable_h2d_copies", value=pageable, unit="copies"))
-        h2d = f.breakdown.share("h2d_input")
-        v.evidence.append(Evidence(metric="h2d_input_share", value=round(h2d, 4),
+        v.evidence.append(Evidence(metric="h2d_input_share", value=round(h2d_share, 4),
                                    unit="share of step time"))
+        v.evidence.append(Evidence(metric="h2d_bytes_per_step",
+                                   value=round(h2d.bytes / max(len(f.steps), 1)), unit="bytes"))
         if pageable:
             v.findings.append(Finding(
                 id="data_loading.pageable_copies", severity="warning", layer="data_loading",
                 message=f"{pageable} host-to-device copies from pageable memory in the "
-                        "analysed steps."))
+                        f"analysed steps ({h2d.bytes / 2**20 / max(len(f.steps), 1):.1f} MiB "
+                        "per step): each is staged and synchronous."))
     if share < th.DATA_LOADING_SIGNIFICANT.value:
         return v
-    reason_workers = ("loading runs in the training process (num_workers=0)" if single else
-                      "the workers do not keep up with the training loop" if multi else
-                      f"{share:.0%} of step time is exposed data loading")
-    v.remedies.append((BY_ID["dataloader.num_workers"], reason_workers))
+    copy_fixes: list[tuple[Remedy, str]] = []
     if f.gpu and pageable:
-        v.remedies.append((BY_ID["dataloader.pin_memory"],
+        copy_fixes.append((BY_ID["dataloader.pin_memory"],
                            f"{pageable} pageable host-to-device copies"))
-    v.remedies.append((BY_ID["dataloader.prefetch_factor"],
-                       "keeps batches queued once workers run" if single else
-                       "workers are sometimes late"))
-    v.remedies.append((BY_ID["dataloader.persistent_workers"],
-                       "avoids re-spawning workers every epoch"))
-    if f.gpu and f.breakdown.share("h2d_input") > 0:
-        v.remedies.append((BY_ID["h2d.non_blocking"],
-                           f"{f.breakdown.share('h2d_input'):.1%} of step time is exposed "
-                           "input copy"))
+    if f.gpu and h2d_share > 0:
+        copy_fixes.append((BY_ID["h2d.non_blocking"],
+                           f"{h2d_share:.1%} of step time is exposed input copy"))
+    loader_fixes: list[tuple[Remedy, str]] = []
+    if has_loader:
+        loader_fixes.append((BY_ID["dataloader.num_workers"],
+                             "loading runs in the training process (num_workers=0)" if single
+                             else "the workers do not keep up with the training loop" if multi
+                             else f"{share:.0%} of step time is exposed data loading"))
+        loader_fixes.append((BY_ID["dataloader.prefetch_factor"],
+                             "keeps batches queued once workers run" if single else
+                             "workers are sometimes late"))
+        loader_fixes.append((BY_ID["dataloader.persistent_workers"],
+                             "avoids re-spawning workers every epoch"))
+    copy_first = h2d_share > f.breakdown.share("data_loading")
+    v.remedies.extend(copy_fixes + loader_fixes if copy_first else loader_fixes + copy_fixes)
     return v
 
 
@@ -225,26 +252,46 @@ def host_rule(f: Facts) -> Verdict:
                 message=f"{small:.0%} of step time is in ops that do no real work (no nested "
                         f"op runs {th.SMALL_OP_US.value:.0f} µs of its own; "
                         f"{ops_per_step:.0f} ops per step): dispatch overhead, not compute."))
-    syncs = 0
-    if f.gpu:
-        syncs = f.count_in_steps(lambda n: n in SYNC_NAMES)
-        per_step = syncs / max(len(f.steps), 1)
-        v.evidence.append(Evidence(metric="host_syncs_per_step", value=round(per_step, 2),
+    syncs_per_step = 0.0
+    if f.device is not None:
+        launches = f.device.launches
+        v.evidence.append(Evidence(metric="kernels_per_step",
+                                   value=round(launches.kernels_per_step, 1), unit="kernels"))
+        short = launches.short_kernel_share
+        v.evidence.append(share_evidence("short_kernel_share", short,
+                                         th.LAUNCH_BOUND_SHORT_SHARE))
+        if launches.launch_cost_us_median is not None:
+            v.evidence.append(Evidence(metric="launch_cost_us_median",
+                                       value=round(launches.launch_cost_us_median, 2), unit="µs"))
+            v.evidence.append(Evidence(metric="launch_delay_us_median",
+                                       value=round(launches.launch_delay_us_median or 0, 2),
+                                       unit="µs"))
+        if short >= th.LAUNCH_BOUND_SHORT_SHARE.value and share >= th.HOST_SIGNIFICANT.value:
+            v.findings.append(Finding(
+                id="host.launch_bound", severity="warning", layer="host",
+                message=f"{short:.0%} of {launches.kernels_per_step:.0f} kernels per step run "
+                        f"shorter than {th.SHORT_KERNEL_US.value:.0f} µs, less than it takes "
+                        "to launch them: the GPU waits on the host."))
+        syncs = {k: n for k, n in f.device.transfers.syncs_per_step.items() if k in SYNC_CALLS}
+        syncs_per_step = max(syncs.values(), default=0.0)
+        v.evidence.append(Evidence(metric="host_syncs_per_step", value=syncs_per_step,
                                    unit="syncs"))
         if syncs:
+            listed = ", ".join(f"{k} {n:g}" for k, n in sorted(syncs.items()))
             v.findings.append(Finding(
-                id="host.syncs", severity="warning" if per_step >= 1 else "info", layer="host",
-                message=f"{per_step:.1f} host-device syncs per step "
-                        "(synchronize / .item()) stall the host."))
+                id="host.syncs", severity="warning" if syncs_per_step >= 1 else "info",
+                layer="host", message=f"Host-device syncs per step: {listed}."))
+    optimizer_ops = _optimizer_ops_per_step(f)
+    v.evidence.append(share_evidence("optimizer_ops_per_step", optimizer_ops,
+                                     th.OPTIMIZER_OPS_PER_STEP))
     if share < th.HOST_SIGNIFICANT.value:
         return v
-    has_optimizer = f.names_matching(lambda n: n.startswith("Optimizer.step#"))
     fused = f.names_matching(lambda n: "_fused_" in n)
-    if has_optimizer and not fused:
+    if optimizer_ops >= th.OPTIMIZER_OPS_PER_STEP.value and not fused:
         v.remedies.append((BY_ID["optimizer.fused"],
-                           "the optimizer runs unfused (per-parameter or foreach) ops"))
-    if syncs:
-        v.remedies.append((BY_ID["sync.remove"], f"{syncs} syncs in the analysed steps"))
+                           f"the optimizer runs {optimizer_ops:.0f} ops per step"))
+    if syncs_per_step >= 1:
+        v.remedies.append((BY_ID["sync.remove"], f"{syncs_per_step:g} syncs per step"))
     v.remedies.append((BY_ID["compile.reduce_overhead"],
                        "many small ops: fewer launches per step" if f.gpu else
                        "many small ops: compiled graphs skip per-op dispatch"))
@@ -257,28 +304,97 @@ def _host_ops_per_step(f: Facts) -> float:
     return float(in_steps(ev.ts[rows], f.steps).sum()) / max(len(f.steps), 1)
 
 
+def _optimizer_ops_per_step(f: Facts) -> float:
+    """Host ops that start inside ``Optimizer.step#...`` ranges, per analysed step."""
+    ev = f.trace.events
+    opt = np.flatnonzero(ev.name_mask(lambda n: n.startswith(OPTIMIZER_STEP_PREFIX)))
+    if opt.size == 0:
+        return 0.0
+    s, e = merge(ev.ts[opt], ev.end[opt])
+    rows = f.nesting.rows
+    inside = covers(ev.ts[rows], s, e) & in_steps(ev.ts[rows], f.steps)
+    return float(inside.sum()) / max(len(f.steps), 1)
+
+
 # --- kernel -------------------------------------------------------------------------------
 
 
 def kernel_rule(f: Facts, primary: bool) -> Verdict:
+    """Precision first (when matrix kernels run fp32 without tensor cores), then fusion."""
     share = f.share("kernel")
     v = Verdict(evidence=[share_evidence("kernel_share", share, th.KERNEL_SIGNIFICANT)])
+    devices = f.trace.meta.devices
+    major = max((d.compute_major for d in devices), default=0)
+    fp32_share, tc_share, elementwise = None, None, None
+    if f.device is not None:
+        matrix = f.device.classes
+        mat_time = sum(c.time_us for c in matrix if c.cls in _MATRIX_CLASSES)
+        no_tc = sum(c.no_tensor_core_us for c in matrix)
+        tc = sum(c.tensor_core_us for c in matrix)
+        if mat_time > 0:
+            fp32_share, tc_share = no_tc / mat_time, tc / mat_time
+            v.evidence.append(share_evidence("fp32_matmul_share", fp32_share,
+                                             th.FP32_MATMUL_SHARE))
+            v.evidence.append(Evidence(metric="tensor_core_share", value=round(tc_share, 4),
+                                       unit="share of matrix-kernel time"))
+        kernel_time = f.device.kernel_time
+        if kernel_time > 0:
+            elementwise = f.device.class_time("elementwise", "reduction") / kernel_time
+            v.evidence.append(share_evidence("elementwise_share", elementwise,
+                                             th.ELEMENTWISE_SHARE))
+        if fp32_share is not None and fp32_share >= th.FP32_MATMUL_SHARE.value and major >= 7:
+            v.findings.append(Finding(
+                id="kernel.fp32_matmul", severity="warning", layer="kernel",
+                message=f"{fp32_share:.0%} of matrix-kernel time runs fp32 without tensor "
+                        f"cores on a GPU that has them (compute capability {major}.x)."))
+        if elementwise is not None and elementwise >= th.ELEMENTWISE_SHARE.value:
+            per_step = sum(c.count for c in f.device.classes
+                           if c.cls in ("elementwise", "reduction")) / max(len(f.steps), 1)
+            v.findings.append(Finding(
+                id="kernel.unfused_elementwise", severity="warning", layer="kernel",
+                message=f"{elementwise:.0%} of kernel time is elementwise/reduction work "
+                        f"({per_step:.0f} kernels per step): fusion would cut memory traffic."))
     if not primary and share < th.KERNEL_SIGNIFICANT.value:
         return v
-    ampere = any(d.compute_major >= 8 for d in f.trace.meta.devices)
-    if f.gpu and (ampere or not f.trace.meta.devices):
-        v.remedies.append((BY_ID["matmul.tf32"],
-                           "fp32 matmuls can use TF32 tensor cores on this GPU" if ampere else
-                           "if the GPU is Ampere or newer (device properties not in the trace)"))
-    pre_ampere = f.trace.meta.devices and not ampere
-    v.remedies.append((BY_ID["amp.bf16"],
-                       "CPU compute dominates; gains need a CPU with AVX512-BF16/AMX" if not f.gpu
-                       else "this GPU predates bf16 tensor cores: use dtype=torch.float16 with "
-                       "torch.amp.GradScaler" if pre_ampere else "compute dominates the step"))
-    v.remedies.append((BY_ID["compile.default"], "fuses elementwise work between the big ops"))
+    if not f.gpu:
+        v.remedies.append((BY_ID["amp.bf16"],
+                           "CPU compute dominates; gains need a CPU with AVX512-BF16/AMX"))
+        v.remedies.append((BY_ID["compile.default"], "fuses elementwise work between the big ops"))
+    else:
+        precision_known = fp32_share is not None
+        fp32_heavy = precision_known and fp32_share >= th.FP32_MATMUL_SHARE.value
+        if major >= 8 and (fp32_heavy or not precision_known):
+            v.remedies.append((BY_ID["matmul.tf32"],
+                               f"{fp32_share:.0%} of matrix time is fp32 without tensor cores"
+                               if fp32_heavy else
+                               "if matmuls run in fp32 (kernel names do not tell)"))
+        low_precision = precision_known and tc_share >= 0.5 and _runs_low_precision(f)
+        if not low_precision:
+            v.remedies.append((BY_ID["amp.bf16"],
+                               "matrix kernels run in fp32/TF32" if precision_known else
+                               "compute dominates the step" if major >= 8 or not devices else
+                               "this GPU predates bf16 tensor cores: use dtype=torch.float16 "
+                               "with torch.amp.GradScaler"))
+        fusion = elementwise is not None and elementwise >= th.ELEMENTWISE_SHARE.value
+        v.remedies.append((BY_ID["compile.default"],
+                           f"{elementwise:.0%} of kernel time is unfused elementwise work"
+                           if fusion else "fuses elementwise work between the big ops"))
     v.remedies.append((BY_ID["compile.max_autotune"], "after compile.default, if GEMMs dominate"))
     v.remedies.append((BY_ID["kernel.custom"], "only for an op that dominates the top-ops table"))
     return v
+
+
+_LOW_PRECISION = re.compile(r"bf16|f16|fp16|e4m3|e5m2|fp8|h884|h1688|h16816|i8816", re.I)
+_MATRIX_CLASSES = ("gemm", "convolution", "attention")
+
+
+def _runs_low_precision(f: Facts) -> bool:
+    """Most matrix time is on tensor cores and some matrix kernel is 16-bit or 8-bit."""
+    ops = f.device.ops
+    ev = f.trace.events
+    matrix = np.isin(ops.cls, [KERNEL_CLASSES.index(c) for c in _MATRIX_CLASSES])
+    names = (ev.names[i] for i in np.unique(ev.name_id[ops.rows[matrix]]))
+    return any(_LOW_PRECISION.search(n) for n in names)
 
 
 # --- communication ------------------------------------------------------------------------

@@ -31,6 +31,12 @@ MEMORY_FRAGMENTATION = Threshold(
     "torchtriage default: a quarter of the cache idle at the peak is what expandable_segments "
     "recovers (PyTorch CUDA memory-management notes)",
 )
+FRAGMENTATION_MIN_RESERVED = Threshold(
+    "fragmentation_min_reserved", 0.5, "fraction of device memory",
+    "fragmentation is reported only when the reserved cache reaches this share of the device's "
+    "known capacity: below it, idle cache cannot cause an OOM",
+    "torchtriage default",
+)
 DATA_LOADING_SIGNIFICANT = Threshold(
     "data_loading_significant", 0.05, "share of step time",
     "data loading share at which DataLoader prescriptions are listed",
@@ -64,6 +70,44 @@ SMALL_OP_US = Threshold(
     "the ~10 µs cutoff of launch analysis (HTA: queued kernels follow each other within "
     "<10 µs; CPU launch cost 5-20 µs per op), applied to CPU op self time",
 )
+SHORT_KERNEL_US = Threshold(
+    "short_kernel_us", 10.0, "µs",
+    "GPU kernels shorter than this finish before the host can launch the next one: their "
+    "share of kernels is launch-bound evidence",
+    "HTA (CPU launch cost 5-20 µs per kernel; queued kernels follow within <10 µs)",
+)
+KERNEL_WAIT_US = Threshold(
+    "kernel_wait_us", 30.0, "µs",
+    "a gap between two kernels on a stream shorter than this, with the second already "
+    "launched, is kernel wait (device-side launch overhead); longer gaps are `other` idle",
+    "HTA get_idle_time_breakdown (consecutive_kernel_delay=30)",
+)
+LAUNCH_BOUND_SHORT_SHARE = Threshold(
+    "launch_bound_short_share", 0.5, "share of kernels",
+    "share of kernels shorter than short_kernel_us at which launch overhead is reported",
+    "torchtriage default: when most kernels are shorter than their own launch cost, the "
+    "device waits on the host",
+)
+OPTIMIZER_OPS_PER_STEP = Threshold(
+    "optimizer_ops_per_step", 20.0, "ops per step",
+    "host ops inside Optimizer.step per step at which a fused optimizer is prescribed",
+    "torchtriage default: a fused or foreach optimizer runs a few ops per parameter group, a "
+    "per-parameter loop several per parameter",
+)
+FP32_MATMUL_SHARE = Threshold(
+    "fp32_matmul_share", 0.5, "share of matrix-kernel time",
+    "matrix kernels (GEMM, convolution, attention) running fp32 without tensor cores, on a GPU "
+    "that has them, at which precision fixes come first",
+    "Kineto TensorBoard plugin (recommends AMP when tensor cores are eligible and unused); "
+    "torch.profiler pattern matcher (FP32 MatMul on sm_80+)",
+)
+ELEMENTWISE_SHARE = Threshold(
+    "elementwise_share", 0.3, "share of device kernel time",
+    "elementwise + reduction kernel time at which unfused chains are reported and "
+    "torch.compile fusion is prescribed",
+    "torchtriage default: fusion only pays when memory-bound pointwise work is a large part "
+    "of the kernel time",
+)
 CONFIDENCE_HIGH_MARGIN = Threshold(
     "confidence_high_margin", 0.25, "share of step time",
     "distance of the verdict from its nearest decision boundary for `high` confidence: the lead "
@@ -85,12 +129,19 @@ MIN_STEPS_FOR_CONFIDENCE = Threshold(
 ALL: tuple[Threshold, ...] = (
     MEMORY_NEAR_CAPACITY,
     MEMORY_FRAGMENTATION,
+    FRAGMENTATION_MIN_RESERVED,
     DATA_LOADING_SIGNIFICANT,
     COMMUNICATION_SIGNIFICANT,
     HOST_SIGNIFICANT,
     KERNEL_SIGNIFICANT,
     COMPUTE_BOUND,
     SMALL_OP_US,
+    SHORT_KERNEL_US,
+    KERNEL_WAIT_US,
+    LAUNCH_BOUND_SHORT_SHARE,
+    OPTIMIZER_OPS_PER_STEP,
+    FP32_MATMUL_SHARE,
+    ELEMENTWISE_SHARE,
     CONFIDENCE_HIGH_MARGIN,
     CONFIDENCE_MEDIUM_MARGIN,
     MIN_STEPS_FOR_CONFIDENCE,

@@ -33,7 +33,11 @@ def renderable(d: Diagnosis) -> RenderableType:
         parts.append(_findings(d))
     if d.prescriptions:
         parts.append(_prescriptions(d))
+    if d.gpu is not None:
+        parts.extend(_gpu(d))
     parts.extend(_top_ops(d))
+    if d.missing:
+        parts.append(_missing(d))
     if d.memory:
         parts.append(_memory(d))
     if d.dynamic_shapes:
@@ -148,7 +152,7 @@ def _top_ops(d: Diagnosis) -> list[Table]:
             t.add_row(r.name, str(r.count), f"{r.self_ms:.2f}", f"{r.share:.1%}",
                       f"{r.total_ms:.2f}")
         out.append(t)
-    device = d.top_ops.get("device", [])
+    device = d.top_ops.get("device", []) if d.gpu is None else []
     if device:
         t = Table(title="Top device kernels by time", box=box.SIMPLE_HEAD, title_justify="left")
         for col in ("name", "calls", "ms", "% of device time"):
@@ -157,6 +161,61 @@ def _top_ops(d: Diagnosis) -> list[Table]:
             t.add_row(r.name[:120], str(r.count), f"{r.total_ms:.2f}", f"{r.share:.1%}")
         out.append(t)
     return out
+
+
+def _gpu(d: Diagnosis) -> list[RenderableType]:
+    g = d.gpu
+    assert g is not None
+    lines = Text()
+    lines.append("GPU utilization ", style="bold")
+    lines.append(f"{g.utilization:.1%} of step time busy ({g.busy_ms:,.1f} ms)")
+    for s in g.streams[:4]:
+        lines.append(f"; stream {s.stream}: {s.utilization:.1%}")
+    lines.append("\n")
+    t = g.temporal
+    if t is not None:
+        lines.append(f"Temporal (HTA): idle {t.idle_pct:.1f}%, compute {t.compute_pct:.1f}%, "
+                     f"non-compute {t.non_compute_pct:.1f}% of {t.span_ms:,.1f} ms")
+    if g.comm_compute_overlap_pct is not None:
+        lines.append(f"; comm-compute overlap {g.comm_compute_overlap_pct:.1f}%")
+    lines.append("\n")
+    i = g.idle
+    lines.append(f"Idle between kernels (summed over streams): host wait {i.host_wait_ms:,.1f} ms, "
+                 f"kernel wait {i.kernel_wait_ms:,.1f} ms, other {i.other_ms:,.1f} ms\n")
+    la = g.launches
+    lines.append(f"Launches: {la.kernels_per_step:,.0f} kernels/step, "
+                 f"{la.short_kernel_share:.0%} shorter than {la.short_kernel_us:.0f} µs")
+    if la.launch_cost_us_median is not None:
+        lines.append(f", launch cost median {la.launch_cost_us_median:.1f} µs, launch-to-start "
+                     f"median {la.launch_delay_us_median:.1f} µs")
+    lines.append("\n")
+    tr = g.transfers
+    lines.append(f"Copies: H2D {tr.h2d.count} ({tr.h2d.pageable} pageable, "
+                 f"{tr.h2d.bytes / 2**20:,.1f} MiB), D2H {tr.d2h.count} ({tr.d2h.pageable} "
+                 f"pageable), D2D {tr.d2d.count}; syncs/step: "
+                 + (", ".join(f"{k} {v:g}" for k, v in tr.syncs_per_step.items()) or "none"))
+    classes = Table(title="Device time by kernel class", box=box.SIMPLE_HEAD,
+                    title_justify="left")
+    for col in ("class", "count", "ms", "share", "tensor-core ms", "no tensor core ms"):
+        classes.add_column(col, justify="left" if col == "class" else "right")
+    for c in g.kernel_classes:
+        classes.add_row(c.cls, str(c.count), f"{c.time_ms:,.2f}", f"{c.share:.1%}",
+                        f"{c.tensor_core_ms:,.2f}", f"{c.no_tensor_core_ms:,.2f}")
+    kernels = Table(title="Top kernels by time", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("kernel", "class", "TC", "calls", "ms", "share", "launched by"):
+        kernels.add_column(col, justify="right" if col in ("calls", "ms", "share") else "left",
+                           overflow="fold")
+    for k in g.top_kernels:
+        tc = "-" if k.tensor_cores is None else ("yes" if k.tensor_cores else "no")
+        kernels.add_row(k.name[:100], k.cls, tc, str(k.count), f"{k.time_ms:,.2f}",
+                        f"{k.share:.1%}", k.launched_by or "-")
+    return [Panel(lines, title="GPU", title_align="left", box=box.ROUNDED), classes, kernels]
+
+
+def _missing(d: Diagnosis) -> Text:
+    text = Text("Not in this trace: ", style="bold")
+    text.append("; ".join(d.missing) + "\n", style="dim")
+    return text
 
 
 def _memory(d: Diagnosis) -> Table:
