@@ -37,10 +37,10 @@ TRACES = {
 # committed GPU fixtures (tests/fixtures/gpu/README.md) -> (layer, analyze options)
 FIXTURES = REPO / "tests" / "fixtures" / "gpu"
 GPU_FIXTURES = {
-    "data_starved.cuda.pt.trace.json.gz": ("data_loading", {}),
-    "compute_bound.cuda.pt.trace.json.gz": ("kernel", {}),
-    "launch_bound.cuda.pt.trace.json.gz": ("host", {}),
-    "memory_pressure.cuda.pt.trace.json.gz": ("memory", {"device_memory": "267MiB"}),
+    f"{case}.pt.trace.json.gz": (layer, {})
+    for case, layer in (("data_starved", "data_loading"), ("pageable_sync", "data_loading"),
+                        ("launch_bound", "host"), ("fp32_compute", "kernel"),
+                        ("elementwise_chain", "kernel"), ("memory_pressure", "memory"))
 }
 STEPS = 8  # wait + warm-up + active of the default schedule
 # On a GPU the CPU sizes are too small to keep it busy: compute_bound needs a bigger batch.

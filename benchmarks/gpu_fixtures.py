@@ -9,11 +9,14 @@ should remove. The traces are the committed fixtures in tests/fixtures/gpu (see 
 from __future__ import annotations
 
 import argparse
+import gc
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import torch
 
 import torchtriage
 from torchtriage.demo import load_example
@@ -25,15 +28,17 @@ CASES: dict[str, tuple[str, dict, dict, str, str | None]] = {
     "data_starved_fixed": ("data_starved", {"num_workers": 4, "pin_memory": True,
                                             "persistent_workers": True}, {}, "", None),
     "pageable_sync": ("pageable_sync", {}, {}, "data_loading", "dataloader.pin_memory"),
-    "pageable_sync_fixed": ("pageable_sync", {"fixed": True}, {}, "", None),
+    "pageable_sync_fixed": ("pageable_sync", {"pin_memory": True, "non_blocking": True,
+                                              "sync_every_step": False}, {}, "", None),
     "launch_bound": ("launch_bound", {}, {}, "host", "optimizer.fused"),
-    "launch_bound_fixed": ("launch_bound", {"fixed": True}, {}, "", None),
+    "launch_bound_fixed": ("launch_bound", {"compile_mode": "reduce-overhead", "foreach": True},
+                           {}, "", None),
     "fp32_compute": ("compute_bound", {"batch_size": 8192}, {}, "kernel", "matmul.tf32"),
     "fp32_compute_fixed": ("compute_bound", {"batch_size": 8192, "amp": True}, {}, "", None),
     "elementwise_chain": ("elementwise_chain", {}, {}, "kernel", "compile.default"),
-    "elementwise_chain_fixed": ("elementwise_chain", {"compile": True}, {}, "", None),
+    "elementwise_chain_fixed": ("elementwise_chain", {"compile_model": True}, {}, "", None),
     "memory_pressure": ("memory_pressure", {}, {}, "memory", "memory.grad_accumulation"),
-    "memory_pressure_fixed": ("memory_pressure", {"fixed": True}, {}, "", None),
+    "memory_pressure_fixed": ("memory_pressure", {"accumulate": 4}, {}, "", None),
 }
 
 
@@ -51,6 +56,8 @@ def main() -> None:
         if args.only and case not in args.only:
             continue
         module = load_example(example)
+        gc.collect()
+        torch.cuda.empty_cache()  # each case starts with an empty caching allocator
         t = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
             with torchtriage.profile(tmp, **profile_options) as prof:

@@ -39,6 +39,7 @@ def test_example_is_classified_with_its_injected_layer(profiled):
     assert d.prescriptions[0].id == first_fix
     assert d.confidence in ("medium", "high")
     assert d.trace.steps_analyzed == [3, 4, 5, 6, 7]
+    assert f"Bottleneck: {layer}" in d.render_text()
 
 
 def test_breakdown_sums_to_step_wall_time(profiled):
@@ -61,3 +62,10 @@ def test_top_ops_table_like_key_averages(profiled):
     assert all(r.self_ms <= r.total_ms + 1e-6 for r in host)
     if name == "compute_bound":
         assert host[0].name in ("aten::addmm", "aten::mm")
+
+
+@pytest.mark.parametrize("name", ["pageable_sync", "elementwise_chain"])
+def test_gpu_examples_also_run_on_cpu(name):
+    """Their bottlenecks need a GPU (tests/fixtures/gpu); on CPU they must still train."""
+    losses = load_example(name).train(2)
+    assert len(losses) == 2 and all(loss == loss for loss in losses)  # no NaN

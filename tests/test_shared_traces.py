@@ -95,7 +95,7 @@ def test_memory_events_and_device_capacity(shared_traces):
     assert cuda and cuda[0].capacity_source == "deviceProperties"
     assert 0 < cuda[0].peak_fraction < 1
     (tight,) = analyze(shared_traces / "hta" / "df_index_resolver",
-                       device_memory=cuda[0].peak_reserved_bytes)
+                       device_memory=cuda[0].peak_allocated_bytes)
     assert tight.primary == "memory"
     # Fragmented cache (reserved >> allocated): the cheapest rung comes first, then the ladder.
     assert [p.id for p in tight.prescriptions[:5]] == [
@@ -110,3 +110,26 @@ def test_legacy_categories_trace(shared_traces):
     trace = load_trace(shared_traces / "hta" / "trace_file_list" / "inference_rank_1.json.gz")
     assert trace.has_device_activity
     assert np.isfinite(trace.events.ts).all()
+
+
+@pytest.mark.parametrize(("rel", "lacks"), [
+    ("hta/mtia_trace_single_rank", "non-GPU accelerator (MTIA)"),
+    ("hta/cupti_profiler", "CUPTI counter mode"),
+    ("hta/cpu_only", "CPU-only trace"),
+    ("hta/rank_non_gpu", "CPU-only trace"),
+])
+def test_traces_without_gpu_kernels_say_what_they_lack(shared_traces, rel, lacks):
+    (d,) = analyze(shared_traces / rel)
+    assert d.gpu is None
+    assert any(lacks in m for m in d.missing), d.missing
+    if "CPU-only" not in lacks:
+        assert d.confidence == "low"  # a device job judged from its host side
+    assert d.render_text()
+
+
+def test_amd_trace_gets_gpu_analyses(shared_traces):
+    (d,) = analyze(shared_traces / "hta" / "amd_trace")
+    assert d.gpu is not None and d.trace.devices
+    gemm = next(c for c in d.gpu.kernel_classes if c.cls == "gemm")
+    assert gemm.count == 2 and gemm.tensor_core_ms > 0  # Cijk_* ... MI16x16x1: matrix cores
+    assert d.gpu.launches.launch_cost_us_median is not None  # hipLaunchKernel linked

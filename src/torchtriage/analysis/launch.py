@@ -6,6 +6,7 @@ Each kernel is joined to its runtime launch call (``cudaLaunchKernel``, ``cuLaun
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,13 @@ class LaunchStats:
     short_kernel_share: float  # of kernels (count)
     short_kernel_time_share: float  # of kernel time
     short_kernel_us: float
+    launch_calls_per_step: float  # kernels launched one by one (cudaLaunchKernel & co.)
+    graph_kernel_share: float  # of kernels, launched as part of a CUDA/HIP graph
+    short_launched_share: float  # of kernels: short AND launched one by one
+
+
+_SINGLE_LAUNCH = re.compile(r"Launch(Kernel|CooperativeKernel)|ModuleLaunchKernel", re.I)
+_GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.I)
 
 
 def runtime_for(trace: Trace, rows: np.ndarray) -> np.ndarray:
@@ -57,6 +65,11 @@ def launch_stats(trace: Trace, ops: DeviceOps, steps: StepWindows,
     dur = ev.dur[kernels]
     short = dur < short_kernel_us
     total = float(dur.sum())
+    launcher_name = np.array([ev.names[ev.name_id[r]] if r >= 0 else "" for r in launch.tolist()],
+                             dtype=object)
+    single = np.array([bool(_SINGLE_LAUNCH.search(n)) for n in launcher_name], dtype=bool)
+    graph = np.array([bool(_GRAPH_LAUNCH.search(n)) for n in launcher_name], dtype=bool)
+    n = max(kernels.size, 1)
     return LaunchStats(
         kernels=int(kernels.size),
         kernels_per_step=kernels.size / max(len(steps), 1),
@@ -69,6 +82,9 @@ def launch_stats(trace: Trace, ops: DeviceOps, steps: StepWindows,
         short_kernel_share=float(short.mean()) if kernels.size else 0.0,
         short_kernel_time_share=float(dur[short].sum() / total) if total > 0 else 0.0,
         short_kernel_us=short_kernel_us,
+        launch_calls_per_step=float(single.sum()) / max(len(steps), 1),
+        graph_kernel_share=float(graph.sum()) / n,
+        short_launched_share=float((short & single).sum()) / n,
     )
 
 

@@ -67,11 +67,22 @@ def live_cpu_tensor_bytes() -> int:
 
     import torch
 
+    try:
+        from torch._subclasses.fake_tensor import FakeTensor
+    except ImportError:  # pragma: no cover - very old torch
+        FakeTensor = ()  # type: ignore[assignment,misc]
+
     storages: dict[int, int] = {}
     grads: set[int] = set()
+    objects = []
     with warnings.catch_warnings():  # isinstance() on deprecated lazy module attributes warns
         warnings.simplefilter("ignore")
-        objects = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
+        for o in gc.get_objects():
+            try:  # dead weakref proxies (left by torch.compile) raise on isinstance()
+                if isinstance(o, torch.Tensor) and not isinstance(o, FakeTensor):
+                    objects.append(o)
+            except ReferenceError:
+                continue
     for obj in objects:
         try:
             if obj.device.type != "cpu":

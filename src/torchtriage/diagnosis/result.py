@@ -147,6 +147,8 @@ class Launches(msgspec.Struct, kw_only=True):
     short_kernel_share: float  # of kernels shorter than short_kernel_us
     short_kernel_time_share: float
     short_kernel_us: float
+    launch_calls_per_step: float  # kernels launched one by one
+    graph_kernel_share: float  # kernels launched inside CUDA/HIP graphs
 
 
 class Copies(msgspec.Struct, kw_only=True):

@@ -131,7 +131,8 @@ def memory_rule(f: Facts) -> tuple[bool, Verdict]:
                                   message="The run ran out of memory."))
     assessed = [(peak, cap, src) for peak, cap, src in f.memory if cap]
     for peak, cap, src in assessed:
-        used = max(peak.peak_allocated, peak.peak_reserved)
+        # Pressure is what live tensors hold; a large but idle cache is fragmentation (below).
+        used = peak.peak_allocated
         frac = used / cap
         ev = share_evidence(f"peak_memory_fraction[{peak.device}]", frac, th.MEMORY_NEAR_CAPACITY)
         ev.unit = f"of {cap / 2**30:.2f} GiB ({src})"
@@ -213,9 +214,17 @@ def data_loading_rule(f: Facts) -> Verdict:
     if f.gpu and pageable:
         copy_fixes.append((BY_ID["dataloader.pin_memory"],
                            f"{pageable} pageable host-to-device copies"))
-    if f.gpu and h2d_share > 0:
+    syncs = max(f.device.transfers.syncs_per_step.values(), default=0.0) if f.device else 0.0
+    if f.gpu and h2d_share > 0 and (pageable or syncs >= 1):
         copy_fixes.append((BY_ID["h2d.non_blocking"],
-                           f"{h2d_share:.1%} of step time is exposed input copy"))
+                           f"{h2d_share:.1%} of step time is exposed input copy, issued "
+                           + ("from pageable memory" if pageable else "before a sync")))
+    elif f.gpu and h2d_share >= th.DATA_LOADING_SIGNIFICANT.value:
+        v.findings.append(Finding(
+            id="data_loading.exposed_copy", severity="warning", layer="data_loading",
+            message=f"{h2d_share:.0%} of step time is an input copy that is already pinned "
+                    "and asynchronous but nothing overlaps it: copy the next batch on a side "
+                    "stream while this one computes (prefetch)."))
     loader_fixes: list[tuple[Remedy, str]] = []
     if has_loader:
         loader_fixes.append((BY_ID["dataloader.num_workers"],
@@ -257,9 +266,14 @@ def host_rule(f: Facts) -> Verdict:
         launches = f.device.launches
         v.evidence.append(Evidence(metric="kernels_per_step",
                                    value=round(launches.kernels_per_step, 1), unit="kernels"))
-        short = launches.short_kernel_share
-        v.evidence.append(share_evidence("short_kernel_share", short,
+        # Kernels in a CUDA graph are launched once per graph, not one by one: only short
+        # kernels that each paid a launch call are launch-bound evidence.
+        short = launches.short_launched_share
+        v.evidence.append(share_evidence("short_launched_kernel_share", short,
                                          th.LAUNCH_BOUND_SHORT_SHARE))
+        v.evidence.append(Evidence(metric="graph_kernel_share",
+                                   value=round(launches.graph_kernel_share, 4),
+                                   unit="share of kernels"))
         if launches.launch_cost_us_median is not None:
             v.evidence.append(Evidence(metric="launch_cost_us_median",
                                        value=round(launches.launch_cost_us_median, 2), unit="µs"))
@@ -270,8 +284,8 @@ def host_rule(f: Facts) -> Verdict:
             v.findings.append(Finding(
                 id="host.launch_bound", severity="warning", layer="host",
                 message=f"{short:.0%} of {launches.kernels_per_step:.0f} kernels per step run "
-                        f"shorter than {th.SHORT_KERNEL_US.value:.0f} µs, less than it takes "
-                        "to launch them: the GPU waits on the host."))
+                        f"shorter than {th.SHORT_KERNEL_US.value:.0f} µs and are launched one "
+                        "by one: the GPU waits on the host."))
         syncs = {k: n for k, n in f.device.transfers.syncs_per_step.items() if k in SYNC_CALLS}
         syncs_per_step = max(syncs.values(), default=0.0)
         v.evidence.append(Evidence(metric="host_syncs_per_step", value=syncs_per_step,
@@ -325,7 +339,7 @@ def kernel_rule(f: Facts, primary: bool) -> Verdict:
     v = Verdict(evidence=[share_evidence("kernel_share", share, th.KERNEL_SIGNIFICANT)])
     devices = f.trace.meta.devices
     major = max((d.compute_major for d in devices), default=0)
-    fp32_share, tc_share, elementwise = None, None, None
+    fp32_share, tc_share, elementwise, unfused = None, None, None, False
     if f.device is not None:
         matrix = f.device.classes
         mat_time = sum(c.time_us for c in matrix if c.cls in _MATRIX_CLASSES)
@@ -347,13 +361,21 @@ def kernel_rule(f: Facts, primary: bool) -> Verdict:
                 id="kernel.fp32_matmul", severity="warning", layer="kernel",
                 message=f"{fp32_share:.0%} of matrix-kernel time runs fp32 without tensor "
                         f"cores on a GPU that has them (compute capability {major}.x)."))
-        if elementwise is not None and elementwise >= th.ELEMENTWISE_SHARE.value:
+        chain = _pointwise_per_matrix_kernel(f)
+        if chain is not None:
+            v.evidence.append(share_evidence("pointwise_kernels_per_matrix_kernel", chain,
+                                             th.UNFUSED_CHAIN))
+        unfused = (elementwise is not None and elementwise >= th.ELEMENTWISE_SHARE.value
+                   and (chain is None or chain >= th.UNFUSED_CHAIN.value))
+        if unfused:
             per_step = sum(c.count for c in f.device.classes
                            if c.cls in ("elementwise", "reduction")) / max(len(f.steps), 1)
             v.findings.append(Finding(
                 id="kernel.unfused_elementwise", severity="warning", layer="kernel",
                 message=f"{elementwise:.0%} of kernel time is elementwise/reduction work "
-                        f"({per_step:.0f} kernels per step): fusion would cut memory traffic."))
+                        f"({per_step:.0f} kernels per step"
+                        + (f", {chain:.0f} per matrix kernel" if chain is not None else "")
+                        + "): fusing the chains would cut memory traffic."))
     if not primary and share < th.KERNEL_SIGNIFICANT.value:
         return v
     if not f.gpu:
@@ -375,16 +397,26 @@ def kernel_rule(f: Facts, primary: bool) -> Verdict:
                                "compute dominates the step" if major >= 8 or not devices else
                                "this GPU predates bf16 tensor cores: use dtype=torch.float16 "
                                "with torch.amp.GradScaler"))
-        fusion = elementwise is not None and elementwise >= th.ELEMENTWISE_SHARE.value
         v.remedies.append((BY_ID["compile.default"],
                            f"{elementwise:.0%} of kernel time is unfused elementwise work"
-                           if fusion else "fuses elementwise work between the big ops"))
+                           if unfused else "fuses elementwise work between the big ops"))
     v.remedies.append((BY_ID["compile.max_autotune"], "after compile.default, if GEMMs dominate"))
     v.remedies.append((BY_ID["kernel.custom"], "only for an op that dominates the top-ops table"))
     return v
 
 
-_LOW_PRECISION = re.compile(r"bf16|f16|fp16|e4m3|e5m2|fp8|h884|h1688|h16816|i8816", re.I)
+def _pointwise_per_matrix_kernel(f: Facts) -> float | None:
+    """Elementwise + reduction kernels per matrix kernel (None without matrix kernels)."""
+    counts = {c.cls: c.count for c in f.device.classes}
+    matrix = sum(counts.get(c, 0) for c in _MATRIX_CLASSES)
+    if matrix == 0:
+        return None
+    return (counts.get("elementwise", 0) + counts.get("reduction", 0)) / matrix
+
+
+# nvjet_* are cuBLASLt's Hopper kernels for 16/8-bit inputs (fp32 and TF32 GEMMs there run
+# sm90_xmma_gemm_f32f32_* kernels, measured on an H200).
+_LOW_PRECISION = re.compile(r"bf16|f16|fp16|e4m3|e5m2|fp8|h884|h1688|h16816|i8816|nvjet", re.I)
 _MATRIX_CLASSES = ("gemm", "convolution", "attention")
 
 

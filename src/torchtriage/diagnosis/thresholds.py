@@ -22,7 +22,7 @@ class Threshold:
 
 MEMORY_NEAR_CAPACITY = Threshold(
     "memory_near_capacity", 0.90, "fraction of device memory",
-    "peak memory at or above this makes `memory` the primary layer",
+    "peak allocated memory (live tensors) at or above this makes `memory` the primary layer",
     "Kineto TensorBoard plugin (data.py: peak_mem > total_mem * 0.9); TraceML very_high_at=90",
 )
 MEMORY_FRAGMENTATION = Threshold(
@@ -108,6 +108,13 @@ ELEMENTWISE_SHARE = Threshold(
     "torchtriage default: fusion only pays when memory-bound pointwise work is a large part "
     "of the kernel time",
 )
+UNFUSED_CHAIN = Threshold(
+    "unfused_chain", 8.0, "kernels per matrix kernel",
+    "elementwise + reduction kernels per GEMM/conv/attention kernel at which the pointwise "
+    "work counts as unfused chains (with elementwise_share)",
+    "measured on an H200: examples/elementwise_chain.py runs 24.8 pointwise kernels per matrix "
+    "kernel in eager mode and 4.1 after torch.compile; 8 sits between",
+)
 CONFIDENCE_HIGH_MARGIN = Threshold(
     "confidence_high_margin", 0.25, "share of step time",
     "distance of the verdict from its nearest decision boundary for `high` confidence: the lead "
@@ -142,6 +149,7 @@ ALL: tuple[Threshold, ...] = (
     OPTIMIZER_OPS_PER_STEP,
     FP32_MATMUL_SHARE,
     ELEMENTWISE_SHARE,
+    UNFUSED_CHAIN,
     CONFIDENCE_HIGH_MARGIN,
     CONFIDENCE_MEDIUM_MARGIN,
     MIN_STEPS_FOR_CONFIDENCE,

@@ -85,7 +85,9 @@ def _layers(d: Diagnosis) -> Table:
     table.add_column("evidence")
     for name, layer in d.layers.items():
         evidence = "; ".join(
-            f"{e.metric}={e.value:g}" + (f" (>= {e.threshold:g})" if e.fired else "")
+            f"{e.metric}={e.value:g}"
+            + (f" ({e.comparison} {e.threshold:g})" if e.fired and e.threshold is not None
+               else "")
             for e in layer.evidence[:3]
         )
         style = "bold" if name == d.primary else None
