@@ -94,3 +94,25 @@ def test_matches_exactly_with_htas_rounding(shared_traces, rel, rank):
         assert mine == pytest.approx(theirs, abs=0.011)
     if ref_overlap is not None:
         assert overlap == pytest.approx(ref_overlap, abs=0.011)
+
+
+# HTA 0.5 get_idle_time_breakdown(ranks=[rank]) per stream: (host wait, kernel wait, other) µs.
+HTA_IDLE = {
+    ("kineto/resnet50_num_workers_0", 7): (318934, 8529, 0),
+    ("kineto/resnet50_num_workers_4", 7): (154426, 8804, 1469),
+    ("hta/trace_diff/control", 7): (102154, 14226, 32183),
+    ("hta/trace_diff/control", 20): (346996, 621, 7470),
+    ("hta/df_index_resolver", 7): (791330, 16727, 73829),
+    ("hta/df_index_resolver", 14): (933139, 5568, 4444),
+}
+
+
+@pytest.mark.parametrize(("rel", "stream"), sorted(HTA_IDLE), ids=lambda v: str(v))
+def test_idle_breakdown_matches_hta_per_stream(shared_traces, rel, stream):
+    from torchtriage.analysis.idle import idle_breakdown
+
+    (path,) = find_trace_files(shared_traces / rel)
+    split = {i.stream: i for i in idle_breakdown(load_trace(path), kernel_wait_us=30.0)}
+    got = split[stream]
+    assert (got.host_wait_us, got.kernel_wait_us, got.other_us) == pytest.approx(
+        HTA_IDLE[(rel, stream)], abs=1.0)

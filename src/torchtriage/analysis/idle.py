@@ -13,9 +13,9 @@ so the numbers are comparable:
   non-compute = the union minus the compute union.
 - **comm-compute overlap**: length of (union of communication) ∩ (union of compute) over the
   length of the communication union.
-- **idle breakdown** (our steps, our device events): per stream, each gap between consecutive
-  events is *host wait* when the later event was launched after the earlier one ended, else
-  *kernel wait* when shorter than ``kernel_wait_us``, else *other*.
+- **idle breakdown**: per stream, over the same device events less syncs, each gap between
+  consecutive events is *host wait* when the later event was launched after the earlier one
+  ended, else *kernel wait* when shorter than ``kernel_wait_us``, else *other*.
 
 Where we differ on purpose: HTA rounds fractional (ns-resolution) timestamps to whole µs
 (``ceil(ts)``, ``floor(end)``), which gives sub-µs kernels zero or negative durations; we keep
@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchtriage.analysis.intervals import merge
-from torchtriage.analysis.kernels import DeviceOps
 from torchtriage.analysis.launch import runtime_for
 from torchtriage.trace.model import HOST_KINDS, EventKind, Trace
 
@@ -136,32 +135,40 @@ def _intersection(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarra
 
 @dataclass(frozen=True)
 class IdleSplit:
+    """Idle time of one stream between its consecutive device events."""
+
+    device: int
+    stream: int
     host_wait_us: float
     kernel_wait_us: float
     other_us: float
 
 
-def idle_breakdown(trace: Trace, ops: DeviceOps, kernel_wait_us: float) -> IdleSplit:
-    """Split the gaps between consecutive device events on each stream (analysed steps)."""
+_IDLE_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
+
+
+def idle_breakdown(trace: Trace, kernel_wait_us: float) -> list[IdleSplit]:
+    """HTA's idle-time breakdown, per stream, over HTA's device events (kernels, copies, memsets).
+
+    Gaps are taken between consecutive events in start order, as HTA takes them (a negative
+    gap, from overlapping events, is summed too).
+    """
     ev = trace.events
-    rows = ops.rows
-    if rows.size < 2:
-        return IdleSplit(0.0, 0.0, 0.0)
+    rows = hta_device_rows(trace)
+    rows = rows[np.isin(ev.kind[rows], _IDLE_KINDS)]
     launch = runtime_for(trace, rows)
     launch_ts = np.where(launch >= 0, ev.ts[np.maximum(launch, 0)], -np.inf)
-    host = kernel = other = 0.0
-    keys = ev.device[rows] * 1_000_003 + ev.stream[rows]
-    for key in np.unique(keys):
-        sel = np.flatnonzero(keys == key)
+    out = []
+    keys = np.stack([ev.device[rows], ev.stream[rows]], axis=1)
+    for device, stream in sorted({(int(d), int(s)) for d, s in keys}):
+        sel = np.flatnonzero((keys[:, 0] == device) & (keys[:, 1] == stream))
         sel = sel[np.argsort(ev.ts[rows[sel]], kind="stable")]
-        starts, ends = ev.ts[rows[sel]], ev.end[rows[sel]]
-        prev_end = np.maximum.accumulate(ends)[:-1]
-        gap = starts[1:] - prev_end
-        idle = gap > 0
-        waited_for_host = launch_ts[sel][1:] > prev_end
-        host += float(gap[idle & waited_for_host].sum())
-        rest = idle & ~waited_for_host
+        prev_end = ev.end[rows[sel]][:-1]
+        gap = ev.ts[rows[sel]][1:] - prev_end
+        host = launch_ts[sel][1:] > prev_end
         short = gap < kernel_wait_us
-        kernel += float(gap[rest & short].sum())
-        other += float(gap[rest & ~short].sum())
-    return IdleSplit(host, kernel, other)
+        out.append(IdleSplit(device=device, stream=stream,
+                             host_wait_us=float(gap[host].sum()),
+                             kernel_wait_us=float(gap[~host & short].sum()),
+                             other_us=float(gap[~host & ~short].sum())))
+    return out

@@ -151,7 +151,7 @@ def _gpu_report(trace: Trace, facts: rules.Facts, top: int) -> r.GpuReport:
     dev = facts.device
     wall = facts.wall_us or 1.0
     busy, streams = busy_time(trace, dev.ops, facts.steps)
-    idle = idle_breakdown(trace, dev.ops, th.KERNEL_WAIT_US.value)
+    idle = idle_breakdown(trace, th.KERNEL_WAIT_US.value)
     temporal = temporal_breakdown(trace)
     summed = sum(c.time_us for c in dev.classes) or 1.0
     launches, moved = dev.launches, dev.transfers
@@ -166,10 +166,15 @@ def _gpu_report(trace: Trace, facts: rules.Facts, top: int) -> r.GpuReport:
         streams=[r.StreamUse(device=s.device, stream=s.stream, busy_ms=round(s.busy_us / 1e3, 3),
                              utilization=round(s.busy_us / wall, 4), events=s.events)
                  for s in streams],
-        idle=r.IdleTime(host_wait_ms=round(idle.host_wait_us / 1e3, 3),
-                        kernel_wait_ms=round(idle.kernel_wait_us / 1e3, 3),
-                        other_ms=round(idle.other_us / 1e3, 3),
-                        kernel_wait_threshold_us=th.KERNEL_WAIT_US.value),
+        idle=r.IdleTime(
+            host_wait_ms=round(sum(i.host_wait_us for i in idle) / 1e3, 3),
+            kernel_wait_ms=round(sum(i.kernel_wait_us for i in idle) / 1e3, 3),
+            other_ms=round(sum(i.other_us for i in idle) / 1e3, 3),
+            kernel_wait_threshold_us=th.KERNEL_WAIT_US.value,
+            streams=[r.StreamIdle(device=i.device, stream=i.stream,
+                                  host_wait_ms=round(i.host_wait_us / 1e3, 3),
+                                  kernel_wait_ms=round(i.kernel_wait_us / 1e3, 3),
+                                  other_ms=round(i.other_us / 1e3, 3)) for i in idle]),
         temporal=None if temporal is None else r.TemporalBreakdown(
             span_ms=round(temporal.span_us / 1e3, 3),
             idle_pct=round(temporal.pct(temporal.idle_us), 3),

@@ -101,13 +101,22 @@ class StreamUse(msgspec.Struct, kw_only=True):
     events: int
 
 
-class IdleTime(msgspec.Struct, kw_only=True):
-    """Gaps between consecutive device events on a stream, split as HTA splits them."""
-
+class StreamIdle(msgspec.Struct, kw_only=True):
+    device: int
+    stream: int
     host_wait_ms: float  # the next kernel was launched after the previous one finished
     kernel_wait_ms: float  # short gaps between queued kernels (launch overhead on the device)
     other_ms: float  # the rest: syncs, dependencies, waits on other streams
+
+
+class IdleTime(msgspec.Struct, kw_only=True):
+    """Gaps between consecutive device events per stream, split as HTA splits them."""
+
+    host_wait_ms: float  # summed over streams
+    kernel_wait_ms: float
+    other_ms: float
     kernel_wait_threshold_us: float
+    streams: list[StreamIdle] = []
 
 
 class TemporalBreakdown(msgspec.Struct, kw_only=True):
