@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from torchtriage.analysis.correlation import runtime_for
 from torchtriage.analysis.intervals import merge
-from torchtriage.analysis.launch import runtime_for
 from torchtriage.trace.model import HOST_KINDS, EventKind, Trace
 
 _HTA_COMM = re.compile(r"^nccl.*Kernel")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchtriage.analysis.categories import is_communication_kernel
+from torchtriage.analysis.correlation import runtime_for
 from torchtriage.analysis.ops import in_steps
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import DEVICE_KINDS, EventKind, Trace
@@ -124,17 +125,8 @@ def _launchers(trace: Trace, rows: np.ndarray) -> np.ndarray:
     ext = ev.external_id[rows].copy()
     missing = ext < 0
     if missing.any():
-        runtime = np.flatnonzero((ev.kind == EventKind.RUNTIME) & (ev.correlation >= 0))
-        order = runtime[np.argsort(ev.correlation[runtime], kind="stable")]
-        corr = ev.correlation[order]
-        want = ev.correlation[rows[missing]]
-        pos = np.clip(np.searchsorted(corr, want), 0, max(corr.size - 1, 0))
-        hit = corr.size > 0
-        found = (corr[pos] == want) if hit else np.zeros(want.size, dtype=bool)
-        ext_missing = np.full(want.size, -1, dtype=np.int64)
-        if hit:
-            ext_missing[found] = ev.external_id[order[pos[found]]]
-        ext[missing] = ext_missing
+        launch = runtime_for(trace, rows[missing])
+        ext[missing] = np.where(launch >= 0, ev.external_id[np.maximum(launch, 0)], -1)
     ops = np.flatnonzero((ev.kind == EventKind.CPU_OP) & (ev.external_id >= 0))
     # Innermost op per external id: the shortest one.
     ops = ops[np.lexsort((ev.dur[ops], ev.external_id[ops]))]

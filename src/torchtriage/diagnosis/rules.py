@@ -25,7 +25,7 @@ from torchtriage.analysis.utilization import ClassTime
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID, Remedy
 from torchtriage.diagnosis.result import Evidence, Finding
-from torchtriage.trace.model import EventKind, Trace
+from torchtriage.trace.model import Trace
 
 
 @dataclass
@@ -75,12 +75,6 @@ class Facts:
     def names_matching(self, predicate) -> list[str]:
         return [n for n in self.trace.events.names if predicate(n)]
 
-    def count_in_steps(self, predicate, kinds: tuple[EventKind, ...] | None = None) -> int:
-        ev = self.trace.events
-        mask = ev.name_mask(predicate)
-        if kinds is not None:
-            mask &= np.isin(ev.kind, kinds)
-        return int(in_steps(ev.ts[mask], self.steps).sum())
 
 
 @dataclass

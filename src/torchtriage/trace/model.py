@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -153,7 +154,7 @@ class Trace:
     memory: MemoryTable
     meta: TraceMeta
 
-    @property
+    @cached_property
     def has_device_activity(self) -> bool:
         """True when the trace holds device (GPU) kernels, copies or memsets."""
         return bool(np.isin(self.events.kind, DEVICE_KINDS).any())
