@@ -16,4 +16,18 @@ from torchtriage.capture.session import profile
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.errors import TorchtriageError, TraceError
 
-__all__ = ["Diagnosis", "TorchtriageError", "TraceError", "__version__", "analyze", "profile"]
+
+def step() -> None:
+    """Mark the end of a training step for ``torchtriage run`` (loops without a torch optimizer).
+
+    A no-op when the script is not running under ``torchtriage run``.
+    """
+    from torchtriage.capture.autorun import active
+
+    run = active()
+    if run is not None:
+        run.manual_step()
+
+
+__all__ = ["Diagnosis", "TorchtriageError", "TraceError", "__version__", "analyze", "profile",
+           "step"]

@@ -1,5 +1,5 @@
 """``python -m torchtriage``."""
 
-from torchtriage.cli import run
+from torchtriage.cli import entry_point
 
-run()
+entry_point()

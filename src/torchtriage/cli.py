@@ -101,6 +101,69 @@ def demo(
     console.print(f"[dim]trace and diagnosis.json in {out}/[/dim]")
 
 
+@app.command("run",
+             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run_script(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option("--out", help="Run directory (traces, records, "
+                                      "diagnosis.json).")] = Path("torchtriage-run"),
+    steps: Annotated[int | None, typer.Option("--steps", min=1, help="Stop the script "
+                                              "cleanly after N training steps.")] = None,
+    skip: Annotated[int, typer.Option("--skip", min=0, help="Training steps to run before "
+                                      "profiling starts.")] = 0,
+    timeout: Annotated[float | None, typer.Option("--timeout", min=1, help="Stop the command "
+                                                  "after S seconds, keeping what was "
+                                                  "recorded.")] = None,
+    knob: Annotated[list[str] | None, typer.Option("--knob", metavar="ID=VALUE", help="Apply "
+                                                   "a knob (repeatable); see `torchtriage "
+                                                   "knobs`.")] = None,
+    json_out: AsJson = False,
+    device_memory: DeviceMemory = None,
+    top: Top = 10,
+) -> None:
+    """Profile an unmodified script: torchtriage run [OPTIONS] -- python train.py ARGS
+    (or -- torchrun --nproc_per_node=N train.py ARGS)."""
+    from torchtriage.capture.knobs import parse_knobs
+    from torchtriage.capture.runner import (
+        describe_failure,
+        python_command,
+        run_command,
+        write_diagnosis,
+    )
+    from torchtriage.units import parse_bytes
+
+    knobs = parse_knobs(knob or [])  # refused before the script starts
+    capacity = parse_bytes(device_memory) if device_memory is not None else None
+    command = python_command(list(ctx.args))
+    result = run_command(command, out, knobs=knobs, max_steps=steps, skip=skip,
+                         timeout=timeout, device_memory=capacity, quiet_output=json_out)
+    if result.traces:
+        write_diagnosis(result, capacity, top)
+    console = Console(stderr=json_out)
+    if json_out and result.traces:
+        sys.stdout.write((out / "diagnosis.json").read_text())
+    elif result.diagnoses:
+        for d in result.diagnoses:
+            console.print(d)
+    for knob_id, entry in result.knobs.items():
+        status = "applied" if entry["applied"] else "not applied"
+        console.print(f"knob {knob_id}={entry['value']}: {status} ({entry['detail']})")
+    failure = describe_failure(result, timeout)
+    if failure:
+        print(f"torchtriage: error: {failure}", file=sys.stderr)
+        raise typer.Exit(124 if result.timed_out else 1)
+
+
+@app.command()
+def knobs() -> None:
+    """List the knobs `run --knob` accepts."""
+    from torchtriage.capture.knobs import KNOBS
+
+    for k in KNOBS.values():
+        values = "|".join(k.choices) if k.choices else k.kind
+        typer.echo(f"{k.id}={values}  {k.help}")
+
+
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of `analyze --json` / diagnosis.json."""
@@ -130,10 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run() -> None:
+def entry_point() -> None:
     """The ``torchtriage`` console script."""
     sys.exit(main())
 
 
 if __name__ == "__main__":  # pragma: no cover
-    run()
+    entry_point()

@@ -18,7 +18,7 @@ import sys
 import threading
 
 NOISE = re.compile(
-    rb"^(USDT:.*profiler_(start|stop)|STAGE:.*ActivityProfilerController|"
+    rb"^(\[rank\d+\]:)?(USDT:.*profiler_(start|stop)|STAGE:.*ActivityProfilerController|"
     rb"\[W.*(CPUAllocator|Memory block of unknown size|collection\.cpp|kineto_shim).*)"
 )
 _FLUSH_PARTIAL_AFTER_S = 0.05  # a partial line (progress bars use \r) is passed on after this

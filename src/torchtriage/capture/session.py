@@ -129,6 +129,9 @@ class ProfileSession:
         analyze: bool = True,
         quiet: bool = True,
         top: int = 10,
+        worker_name: str | None = None,
+        record_name: str = "run.json",
+        extra_record: dict[str, Any] | None = None,
     ) -> None:
         if wait < 0 or warmup < 0 or active < 1:
             raise TorchtriageError(
@@ -140,6 +143,10 @@ class ProfileSession:
             record_shapes, profile_memory, with_stack)
         self.device_memory = parse_bytes(device_memory) if device_memory is not None else None
         self.analyze, self.quiet, self.top = analyze, quiet, top
+        self.worker_name = worker_name or f"{socket.gethostname()}_{os.getpid()}"
+        self.record_name = record_name
+        # Filled by the caller (e.g. the zero-code runner) and merged into the run record.
+        self.extra_record: dict[str, Any] = extra_record if extra_record is not None else {}
         self.trace_path: Path | None = None
         self.error: str | None = None
         self._diagnosis = None
@@ -261,8 +268,7 @@ class ProfileSession:
     # --- results --------------------------------------------------------------------------
 
     def _save(self, prof) -> None:
-        worker = f"{socket.gethostname()}_{os.getpid()}"
-        path = self.run_dir / f"{worker}.{time.time_ns()}{TRACE_SUFFIX}"
+        path = self.run_dir / f"{self.worker_name}.{time.time_ns()}{TRACE_SUFFIX}"
         prof.export_chrome_trace(str(path))
         self.trace_path = path
 
@@ -335,8 +341,10 @@ class ProfileSession:
             "trace": self.trace_path.name if self.trace_path else None,
             "oom": oom,
             "error": self.error,
+            **self.extra_record,
         }
-        (self.run_dir / "run.json").write_bytes(msgspec.json.format(msgspec.json.encode(record)))
+        (self.run_dir / self.record_name).write_bytes(
+            msgspec.json.format(msgspec.json.encode(record)))
 
     @property
     def diagnosis(self):

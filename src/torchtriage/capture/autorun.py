@@ -1,0 +1,261 @@
+"""Zero-code capture: profile an unmodified training script from inside its own process.
+
+Installed by the ``sitecustomize`` that ``torchtriage run`` puts first on ``PYTHONPATH``; reads
+its settings from the ``TORCHTRIAGE_RUN`` environment variable (JSON). Nothing happens until the
+script trains: the first optimizer step (or :func:`torchtriage.step`) starts the profiling
+session, so launcher processes such as ``torchrun`` itself are left alone.
+
+- **Steps** are optimizer steps, seen through ``register_optimizer_step_post_hook``. With several
+  optimizers, the first repeat of an optimizer closes an iteration; after that the cycle is
+  known and each iteration closes after its last optimizer. Gradient accumulation is one step
+  per optimizer step, which is what it is.
+- **Profiling** runs :class:`~torchtriage.capture.session.ProfileSession` with the seed schedule
+  after ``skip`` steps, one trace per rank (``rank<N>`` in the file name), and a run record
+  ``run.rank<N>.json`` with step times, losses, batch sizes and knob outcomes.
+- **Losses** are the scalar tensors passed to ``backward()``, kept detached and read once at the
+  end (no sync per step). **Batch sizes** come from the first tensor each DataLoader yields.
+- ``max_steps`` stops the script cleanly (``SystemExit``) once that many steps ran.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ENV = "TORCHTRIAGE_RUN"
+_RUN: AutoRun | None = None
+
+
+def active() -> AutoRun | None:
+    return _RUN
+
+
+def install() -> None:
+    """Install the hooks described in the module docstring (once per process)."""
+    global _RUN
+    if _RUN is not None:
+        return
+    config = json.loads(os.environ[ENV])
+    _RUN = AutoRun(config)
+    _RUN.install()
+
+
+def rank() -> int:
+    for var in ("RANK", "LOCAL_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+class AutoRun:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.out = Path(config["out"])
+        self.skip = int(config.get("skip", 0))
+        self.max_steps = config.get("max_steps")
+        self.schedule = {k: int(config.get(k, d)) for k, d in
+                         (("wait", 1), ("warmup", 2), ("active", 5))}
+        self.knobs: dict[str, Any] = dict(config.get("knobs", {}))
+        self.device_memory = config.get("device_memory")
+        self.rank = rank()
+        self.steps = 0
+        self.manual = False
+        self.session = None
+        self.finished = False
+        self.step_ends: list[float] = []
+        self.losses: list[Any] = []
+        self.batch_sizes: list[int] = []
+        self.knob_log: dict[str, dict[str, Any]] = {}
+        self._loss_this_step = False
+        self._batch_this_step = False
+        self._cycle: list[int] = []  # ids of optimizers in one iteration, once known
+        self._seen: list[int] = []  # optimizers stepped in the current iteration
+        self._lock = threading.Lock()
+        self._exception: BaseException | None = None
+
+    # --- installation ---------------------------------------------------------------------
+
+    def install(self) -> None:
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(self._on_optimizer_step)
+        self._patch_backward(torch)
+        self._patch_dataloader(torch)
+        from torchtriage.capture import knob_apply
+
+        knob_apply.apply_global(self)
+        atexit.register(self.finish)
+        previous_hook = sys.excepthook
+
+        def excepthook(kind, value, tb):
+            self._exception = value  # so finish() can tell an OOM from other crashes
+            previous_hook(kind, value, tb)
+
+        sys.excepthook = excepthook
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def note(self, knob: str, applied: bool, detail: str) -> None:
+        """Record what a knob did (first outcome per knob wins, later ones are counted)."""
+        entry = self.knob_log.setdefault(knob, {"value": self.knobs.get(knob),
+                                                "applied": applied, "detail": detail,
+                                                "count": 0})
+        entry["count"] += 1
+        if applied and not entry["applied"]:
+            entry.update(applied=True, detail=detail)
+
+    def _patch_backward(self, torch) -> None:
+        original = torch.Tensor.backward
+        run = self
+
+        def backward(tensor, *args, **kwargs):
+            if not run._loss_this_step and tensor.numel() == 1:
+                run.losses.append(tensor.detach())
+                run._loss_this_step = True
+            return original(tensor, *args, **kwargs)
+
+        torch.Tensor.backward = backward
+
+    def _patch_dataloader(self, torch) -> None:
+        from torch.utils.data import dataloader
+
+        original_next = dataloader._BaseDataLoaderIter.__next__
+        run = self
+
+        def __next__(it):
+            batch = original_next(it)
+            if not run._batch_this_step:
+                size = _batch_size(batch, torch)
+                if size is not None:
+                    run.batch_sizes.append(size)
+                    run._batch_this_step = True
+            return batch
+
+        dataloader._BaseDataLoaderIter.__next__ = __next__
+
+    # --- steps ----------------------------------------------------------------------------
+
+    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        # The next backward / batch belongs to the next iteration, even before the boundary of
+        # the first iteration is known.
+        self._loss_this_step = self._batch_this_step = False
+        if self.manual:
+            return
+        key = id(optimizer)
+        if not self._cycle:
+            if key not in self._seen:
+                self._seen.append(key)
+                return
+            # The first optimizer came round again: the previous iteration ended with the
+            # optimizer before this one (closed now, one forward/backward late, in a step that
+            # is never analysed), and the cycle is known from here on.
+            self._cycle, self._seen = list(self._seen), []
+            self.boundary()
+        if key == self._cycle[-1]:
+            self.boundary()
+
+    def manual_step(self) -> None:
+        """``torchtriage.step()``: the script marks its own steps; optimizer hooks are ignored."""
+        self.manual = True
+        self.boundary()
+
+    def boundary(self) -> None:
+        """One training step ended."""
+        with self._lock:
+            if self.finished:
+                return
+            self.steps += 1
+            self.step_ends.append(time.perf_counter())
+            if self.manual:
+                self._loss_this_step = self._batch_this_step = False
+            if self.session is None and self.steps >= self.skip:
+                self._start_session()
+            elif self.session is not None:
+                self.session.step()
+        if self.max_steps and self.steps >= self.max_steps:
+            self.finish()
+            raise SystemExit(0)
+
+    def _start_session(self) -> None:
+        from torchtriage.capture.session import ProfileSession
+
+        self.session = ProfileSession(
+            self.out, analyze=False, device_memory=self.device_memory,
+            worker_name=f"rank{self.rank}_{os.getpid()}", record_name=f"run.rank{self.rank}.json",
+            **self.schedule,
+        )
+        self.session.__enter__()
+
+    # --- the end --------------------------------------------------------------------------
+
+    def _on_sigterm(self, signum, frame) -> None:
+        raise SystemExit(128 + signum)
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        """Stop profiling (saving what was recorded) and write the run record. Idempotent."""
+        with self._lock:
+            if self.finished:
+                return
+            self.finished = True
+        exc = exc or sys.exc_info()[1] or self._exception
+        session = self.session
+        extra = self._record()
+        failed = exc is not None and not (isinstance(exc, SystemExit) and not exc.code)
+        extra["exit_exception"] = f"{type(exc).__name__}: {exc}" if failed else None
+        if session is not None:
+            session.extra_record.update(extra)
+            try:
+                session.__exit__(type(exc) if exc else None, exc, None)
+            except Exception:  # the trace is what matters; never mask the script's own exit
+                traceback.print_exc()
+        else:
+            self.out.mkdir(parents=True, exist_ok=True)
+            record = {"schema": "torchtriage.run/1", "argv": sys.argv, "trace": None,
+                      "error": "no step was profiled" if self.steps else "no training step "
+                      "detected (no optimizer.step() and no torchtriage.step())", **extra}
+            (self.out / f"run.rank{self.rank}.json").write_text(json.dumps(record, indent=2))
+
+    def _record(self) -> dict[str, Any]:
+        times = [round((b - a) * 1e3, 3) for a, b in zip(self.step_ends, self.step_ends[1:],
+                                                           strict=False)]
+        losses = []
+        for step, loss in enumerate(self.losses):
+            try:
+                losses.append({"step": step, "loss": float(loss)})
+            except Exception:  # a tensor on a device that is gone
+                continue
+        return {
+            "rank": self.rank,
+            "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
+            "steps_detected": self.steps,
+            "step_detection": "torchtriage.step()" if self.manual else (
+                f"optimizer.step ({max(len(self._cycle), 1)} optimizer(s) per step)"),
+            "host_step_ms": times,
+            "losses": losses,
+            "batch_sizes": self.batch_sizes[:64],
+            "knobs": self.knob_log,
+        }
+
+
+def _batch_size(batch: Any, torch) -> int | None:
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else None
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            size = _batch_size(item, torch)
+            if size is not None:
+                return size
+    if isinstance(batch, dict):
+        for item in batch.values():
+            size = _batch_size(item, torch)
+            if size is not None:
+                return size
+    return None

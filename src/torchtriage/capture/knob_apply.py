@@ -1,0 +1,179 @@
+"""Apply knobs inside the profiled process (see :mod:`torchtriage.capture.knobs`).
+
+Each function patches one place of torch, records through ``run.note`` whether the knob took
+effect (and where), and leaves everything else as the script wrote it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+_DATALOADER_KNOBS = {
+    "dataloader.num_workers": "num_workers",
+    "dataloader.pin_memory": "pin_memory",
+    "dataloader.prefetch_factor": "prefetch_factor",
+    "dataloader.persistent_workers": "persistent_workers",
+}
+
+
+def apply_global(run) -> None:
+    import torch
+
+    knobs = run.knobs
+    if "matmul.tf32" in knobs:
+        torch.backends.cuda.matmul.allow_tf32 = knobs["matmul.tf32"]
+        torch.backends.cudnn.allow_tf32 = knobs["matmul.tf32"]
+        torch.set_float32_matmul_precision("high" if knobs["matmul.tf32"] else "highest")
+        run.note("matmul.tf32", True, "set torch.backends.cuda.matmul.allow_tf32, "
+                 "cudnn.allow_tf32 and float32 matmul precision"
+                 + ("" if torch.cuda.is_available() else " (no CUDA device: no effect on CPU)"))
+    if "cudnn.benchmark" in knobs:
+        torch.backends.cudnn.benchmark = knobs["cudnn.benchmark"]
+        run.note("cudnn.benchmark", True, "set torch.backends.cudnn.benchmark"
+                 + ("" if torch.cuda.is_available() else " (no CUDA device: no effect on CPU)"))
+    if any(k in knobs for k in _DATALOADER_KNOBS):
+        _patch_dataloader(run, torch)
+    if "optimizer.fused" in knobs or "optimizer.foreach" in knobs:
+        _patch_optimizer(run, torch)
+    if "amp.bf16" in knobs or knobs.get("compile.mode", "none") != "none":
+        _watch_root_module(run, torch)
+    if knobs.get("h2d.non_blocking"):
+        _patch_to(run, torch)
+
+
+def _where() -> str:
+    """file:line of the user's code that called into torch."""
+    for frame in inspect.stack()[2:]:
+        path = frame.filename
+        if "torch" not in path and "torchtriage" not in path:
+            return f"{path}:{frame.lineno}"
+    return "?"
+
+
+def _patch_dataloader(run, torch) -> None:
+    from torch.utils.data import DataLoader
+
+    original = DataLoader.__init__
+    wanted = {arg: run.knobs[k] for k, arg in _DATALOADER_KNOBS.items() if k in run.knobs}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        bound = inspect.signature(original).bind_partial(self, *args, **kwargs).arguments
+        bound.pop("self", None)
+        where = _where()
+        for arg, value in wanted.items():
+            bound[arg] = value
+        workers = bound.get("num_workers", 0) or 0
+        for knob, arg in _DATALOADER_KNOBS.items():
+            if knob not in run.knobs:
+                continue
+            if arg in ("prefetch_factor", "persistent_workers") and workers == 0:
+                bound[arg] = None if arg == "prefetch_factor" else False
+                run.note(knob, False, f"DataLoader at {where} has num_workers=0, where {arg} "
+                         "does not apply")
+                continue
+            if arg == "pin_memory" and value_needs_cuda(torch, bound.get(arg)):
+                run.note(knob, False, "no CUDA device: pinned memory brings nothing")
+                bound[arg] = False
+                continue
+            run.note(knob, True, f"DataLoader at {where}: {arg}={bound[arg]!r}")
+        original(self, **bound)
+
+    DataLoader.__init__ = __init__
+
+
+def value_needs_cuda(torch, value: Any) -> bool:
+    return bool(value) and not torch.cuda.is_available()
+
+
+def _patch_optimizer(run, torch) -> None:
+    original = torch.optim.Optimizer.__init__
+    fused = run.knobs.get("optimizer.fused")
+    foreach = run.knobs.get("optimizer.foreach")
+
+    def __init__(self, params, defaults: dict[str, Any]) -> None:
+        name = type(self).__name__
+        defaults = dict(defaults)
+        if fused is not None:
+            if "fused" in defaults:
+                defaults["fused"] = fused
+                if fused:
+                    defaults["foreach"] = False
+                run.note("optimizer.fused", True, f"{name}(fused={fused})")
+            else:
+                run.note("optimizer.fused", False, f"{name} has no fused implementation")
+        if foreach is not None and not (fused and "fused" in defaults):
+            if "foreach" in defaults:
+                defaults["foreach"] = foreach
+                run.note("optimizer.foreach", True, f"{name}(foreach={foreach})")
+            else:
+                run.note("optimizer.foreach", False, f"{name} has no foreach implementation")
+        original(self, params, defaults)
+
+    torch.optim.Optimizer.__init__ = __init__
+
+
+def _watch_root_module(run, torch) -> None:
+    """Find the root module (the first module with parameters called outside any other module)
+    and apply bf16 autocast and/or in-place torch.compile to it; they take effect from its next
+    call."""
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
+
+    state = {"depth": 0, "root": None}
+
+    def pre(module, args):
+        if state["depth"] == 0 and state["root"] is None and any(
+                True for _ in module.parameters()):
+            state["root"] = module
+            _configure_root(run, torch, module)
+        state["depth"] += 1
+
+    def post(module, args, output):
+        state["depth"] = max(state["depth"] - 1, 0)
+
+    register_module_forward_pre_hook(pre)
+    register_module_forward_hook(post)
+
+
+def _configure_root(run, torch, module) -> None:
+    name = type(module).__name__
+    if run.knobs.get("amp.bf16"):
+        device = next(module.parameters()).device.type
+        forward = module.forward
+
+        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+            with torch.autocast(device_type=device, dtype=torch.bfloat16):
+                return forward(*args, **kwargs)
+
+        module.forward = autocast_forward
+        run.note("amp.bf16", True, f"bf16 autocast ({device}) around {name}.forward, from its "
+                 "second call")
+    mode = run.knobs.get("compile.mode", "none")
+    if mode != "none":
+        # torch.compile of the (possibly autocast-wrapped) bound forward, set on the instance:
+        # the module object the script holds is the one that runs compiled. (Module.compile()
+        # did not engage the compiled call in torch 2.13 on this path.)
+        options = {} if mode == "default" else {"mode": mode}
+        module.forward = torch.compile(module.forward, **options)
+        run.note("compile.mode", True, f"torch.compile({name}.forward, mode={mode!r}), from "
+                 "its second call")
+
+
+def _patch_to(run, torch) -> None:
+    if not torch.cuda.is_available():
+        run.note("h2d.non_blocking", False, "no CUDA device: no host-to-device copies")
+        return
+    original = torch.Tensor.to
+
+    def to(tensor, *args: Any, **kwargs: Any):
+        if tensor.device.type == "cpu" and tensor.is_pinned() and "non_blocking" not in kwargs:
+            target = args[0] if args else kwargs.get("device")
+            if target is not None and "cuda" in str(target):
+                kwargs["non_blocking"] = True
+                run.note("h2d.non_blocking", True, "pinned tensor copied with non_blocking=True")
+        return original(tensor, *args, **kwargs)
+
+    torch.Tensor.to = to

@@ -1,0 +1,165 @@
+"""``torchtriage run``: start a command with the zero-code bootstrap and collect what it recorded.
+
+The parent process validates knobs before anything starts, runs the command in its own process
+group with ``TORCHTRIAGE_RUN`` set and the bootstrap first on ``PYTHONPATH``, enforces the
+timeout (SIGTERM, which the bootstrap turns into a clean exit that saves the trace, then
+SIGKILL), and finally diagnoses every rank trace in the run directory into ``diagnosis.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from torchtriage.errors import TorchtriageError
+from torchtriage.trace.discover import TRACE_SUFFIXES
+
+BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds torchtriage/
+TERM_GRACE_S = 15.0
+
+
+@dataclass
+class RunResult:
+    out: Path
+    returncode: int
+    timed_out: bool
+    traces: list[Path]
+    records: list[dict[str, Any]]
+    diagnoses: list[Any] = field(default_factory=list)
+
+    @property
+    def knobs(self) -> dict[str, dict[str, Any]]:
+        """Knob outcomes merged over ranks (applied anywhere counts as applied)."""
+        merged: dict[str, dict[str, Any]] = {}
+        for record in self.records:
+            for knob, entry in (record.get("knobs") or {}).items():
+                if knob not in merged or (entry["applied"] and not merged[knob]["applied"]):
+                    merged[knob] = dict(entry)
+        return merged
+
+
+def run_command(
+    command: list[str],
+    out: Path,
+    *,
+    knobs: dict[str, Any] | None = None,
+    max_steps: int | None = None,
+    skip: int = 0,
+    timeout: float | None = None,
+    device_memory: int | None = None,
+    quiet_output: bool = False,
+) -> RunResult:
+    """Run ``command`` under the bootstrap; return what it recorded (never raises for the
+    command's own failures: the caller reports them)."""
+    if not command:
+        raise TorchtriageError("no command to run: put it after --, e.g. "
+                               "torchtriage run -- python train.py")
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in [*out.glob("run.rank*.json"), *_trace_files(out)]:
+        stale.unlink()
+    config = {"out": str(out.resolve()), "knobs": knobs or {}, "max_steps": max_steps,
+              "skip": skip, "device_memory": device_memory}
+    env = dict(os.environ)
+    env["TORCHTRIAGE_RUN"] = json.dumps(config)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(BOOTSTRAP), str(_PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    try:
+        proc = subprocess.Popen(command, env=env, start_new_session=True,
+                                stdout=subprocess.DEVNULL if quiet_output else None)
+    except FileNotFoundError:
+        raise TorchtriageError(f"command not found: {command[0]}") from None
+    except PermissionError:
+        raise TorchtriageError(f"command not executable: {command[0]}") from None
+    timed_out = False
+    try:
+        returncode = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        returncode = _stop(proc)
+    except KeyboardInterrupt:
+        _stop(proc)
+        raise
+    traces = _trace_files(out)
+    records = [json.loads(p.read_text()) for p in sorted(out.glob("run.rank*.json"))]
+    return RunResult(out=out, returncode=returncode, timed_out=timed_out, traces=traces,
+                     records=records)
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    """SIGTERM the process group (the bootstrap saves and exits), then SIGKILL."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return proc.wait()
+    deadline = time.monotonic() + TERM_GRACE_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return proc.returncode
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    return proc.wait()
+
+
+def _trace_files(out: Path) -> list[Path]:
+    return sorted(p for p in out.iterdir()
+                  if p.name.endswith(TRACE_SUFFIXES) and p.name.startswith("rank"))
+
+
+def write_diagnosis(result: RunResult, device_memory: int | None, top: int = 10) -> None:
+    """Diagnose every rank trace into ``DIR/diagnosis.json`` (the ``analyze --json`` schema)."""
+    from torchtriage.diagnosis.diagnose import diagnose
+    from torchtriage.trace.ingest import load_trace
+
+    oom = any("OutOfMemoryError" in str(r.get("exit_exception", "")) for r in result.records)
+    result.diagnoses = [diagnose(load_trace(p), device_memory=device_memory, oom=oom, top=top)
+                        for p in result.traces]
+    if len(result.diagnoses) == 1:
+        text = result.diagnoses[0].to_json()
+    else:
+        doc = {"schema": "torchtriage.diagnoses/1", "diagnoses": result.diagnoses}
+        text = msgspec.json.format(msgspec.json.encode(doc)).decode()
+    (result.out / "diagnosis.json").write_text(text + "\n")
+
+
+def describe_failure(result: RunResult, timeout: float | None) -> str | None:
+    """One line saying what went wrong with the command, or None when it went well."""
+    kept = (f"; recorded {len(result.traces)} trace(s), kept in {result.out}"
+            if result.traces else f"; nothing was profiled (run records in {result.out})")
+    if result.timed_out:
+        return f"the command ran past --timeout {timeout:g}s and was stopped{kept}"
+    if result.returncode not in (0, None):
+        how = (f"was killed by signal {-result.returncode}" if result.returncode < 0
+               else f"exited with code {result.returncode}")
+        return f"the command {how}{kept}"
+    if not result.traces:
+        errors = {r.get("error") for r in result.records if r.get("error")}
+        if not result.records:
+            return ("no training step detected: the command never called optimizer.step() "
+                    "(or torchtriage.step()) in a Python process")
+        return "; ".join(sorted(errors)) or "no trace was recorded"
+    return None
+
+
+def python_command(argv: list[str]) -> list[str]:
+    """Resolve a leading ``python`` to the interpreter torchtriage runs on when it is absent."""
+    if argv and argv[0] in ("python", "python3") and not _which(argv[0]):
+        return [sys.executable, *argv[1:]]
+    return argv
+
+
+def _which(name: str) -> str | None:
+    from shutil import which
+
+    return which(name)

@@ -1,0 +1,176 @@
+"""`torchtriage run` on unmodified scripts: step detection, torchrun, knobs, failures."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = Path(__file__).parent / "scripts"
+EXAMPLES = REPO / "examples"
+
+
+def run(tmp_path: Path, *args: str, out: str = "run", timeout: int = 300):
+    """`torchtriage run --out tmp/out ARGS`; returns (completed process, out dir)."""
+    out_dir = tmp_path / out
+    proc = subprocess.run([sys.executable, "-m", "torchtriage", "run", "--out", str(out_dir),
+                           *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    return proc, out_dir
+
+
+def record(out_dir: Path, rank: int = 0) -> dict:
+    return json.loads((out_dir / f"run.rank{rank}.json").read_text())
+
+
+def trace_text(out_dir: Path) -> str:
+    (path,) = sorted(out_dir.glob("rank0_*.pt.trace.json.gz"))
+    return gzip.decompress(path.read_bytes()).decode()
+
+
+@pytest.mark.parametrize(("example", "layer", "extra"), [
+    ("data_starved", "data_loading", []),
+    ("compute_bound", "kernel", []),
+    ("launch_bound", "host", []),
+    ("memory_pressure", "memory", ["--device-memory", "267MiB"]),
+])
+def test_examples_unmodified_get_the_in_process_verdict(tmp_path, example, layer, extra):
+    # The same layers as tests/test_examples.py gets through torchtriage.profile().
+    proc, out = run(tmp_path, "--steps", "9", *extra, "--json", "--",
+                    "python", str(EXAMPLES / f"{example}.py"))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == "torchtriage.diagnosis/1" and doc["primary"] == layer
+    assert json.loads((out / "diagnosis.json").read_text())["primary"] == layer
+    rec = record(out)
+    assert rec["steps_detected"] == 9  # --steps stopped the script cleanly
+    assert len(rec["losses"]) == 9 and all(x["loss"] > 0 for x in rec["losses"])
+    assert rec["host_step_ms"] and min(rec["host_step_ms"]) > 0
+
+
+def test_several_optimizers_count_once_per_iteration(tmp_path):
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "two_optimizers.py"))
+    assert proc.returncode == 0, proc.stderr
+    rec = record(out)
+    assert rec["steps_detected"] == 10
+    assert rec["step_detection"] == "optimizer.step (2 optimizer(s) per step)"
+
+
+def test_torchtriage_step_for_loops_without_optimizer(tmp_path):
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "manual_steps.py"))
+    assert proc.returncode == 0, proc.stderr
+    assert record(out)["step_detection"] == "torchtriage.step()"
+    assert record(out)["steps_detected"] == 10
+
+
+def test_torchrun_two_ranks_two_traces_one_diagnosis(tmp_path):
+    proc, out = run(tmp_path, "--", "torchrun", "--nproc_per_node=2",
+                    str(SCRIPTS / "ddp_gloo.py"))
+    assert proc.returncode == 0, proc.stderr
+    assert len(list(out.glob("rank0_*.pt.trace.json.gz"))) == 1
+    assert len(list(out.glob("rank1_*.pt.trace.json.gz"))) == 1
+    doc = json.loads((out / "diagnosis.json").read_text())
+    assert doc["schema"] == "torchtriage.diagnoses/1"
+    assert sorted(d["trace"]["rank"] for d in doc["diagnoses"]) == [0, 1]
+    assert {d["trace"]["world_size"] for d in doc["diagnoses"]} == {2}
+    assert "Memory block of unknown size" not in proc.stderr
+
+
+def _losses(out_dir: Path) -> list[float]:
+    return [x["loss"] for x in record(out_dir)["losses"]]
+
+
+def test_dataloader_knobs_take_effect_and_keep_the_loss(tmp_path):
+    script = ["--", "python", str(EXAMPLES / "data_starved.py")]
+    base, base_out = run(tmp_path, "--steps", "9", *script, out="base")
+    proc, out = run(tmp_path, "--steps", "9", "--knob", "dataloader.num_workers=2",
+                    "--knob", "dataloader.persistent_workers=true",
+                    "--knob", "dataloader.prefetch_factor=4",
+                    "--knob", "dataloader.pin_memory=true", *script, out="knobs")
+    assert base.returncode == 0 and proc.returncode == 0, proc.stderr
+    knobs = record(out)["knobs"]
+    for k in ("dataloader.num_workers", "dataloader.persistent_workers",
+              "dataloader.prefetch_factor"):
+        assert knobs[k]["applied"], knobs[k]
+    assert not knobs["dataloader.pin_memory"]["applied"]  # no CUDA here, and it says why
+    assert "_MultiProcessingDataLoaderIter" in trace_text(out)
+    assert "_SingleProcessDataLoaderIter" in trace_text(base_out)
+    assert _losses(out) == pytest.approx(_losses(base_out), rel=1e-5)
+    assert "knob dataloader.num_workers=2: applied" in proc.stdout
+
+
+@pytest.mark.parametrize(("knob", "evidence", "rel"), [
+    ("optimizer.foreach=true", "_foreach_", 1e-5),
+    ("optimizer.fused=true", "_fused_sgd", 1e-5),
+    ("amp.bf16=true", "c10::BFloat16", 5e-2),
+    ("compile.mode=default", "Torch-Compiled Region", 1e-3),
+])
+def test_model_knobs_take_effect_and_keep_the_loss(tmp_path, knob, evidence, rel):
+    script = ["--steps", "9", "--", "python", str(EXAMPLES / "launch_bound.py")]
+    base, base_out = run(tmp_path, *script, out="base")
+    proc, out = run(tmp_path, "--knob", knob, *script, out="knob")
+    assert base.returncode == 0 and proc.returncode == 0, proc.stderr
+    (entry,) = record(out)["knobs"].values()
+    assert entry["applied"], entry
+    assert evidence in trace_text(out) and evidence not in trace_text(base_out)
+    assert _losses(out) == pytest.approx(_losses(base_out), rel=rel)
+
+
+def test_crash_keeps_the_trace_and_fails(tmp_path):
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "two_optimizers.py"), "crash")
+    assert proc.returncode == 1
+    assert "deliberate failure at step 6" in proc.stderr  # the script's own traceback
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("torchtriage: error: the command exited with code 1; recorded 1")
+    assert list(out.glob("rank0_*.pt.trace.json.gz")) and (out / "diagnosis.json").exists()
+    assert "RuntimeError" in record(out)["exit_exception"]
+
+
+def test_out_of_memory_is_diagnosed_as_memory(tmp_path):
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "two_optimizers.py"), "oom")
+    assert proc.returncode == 1
+    assert json.loads((out / "diagnosis.json").read_text())["primary"] == "memory"
+
+
+def test_early_exit_says_no_step_was_detected(tmp_path):
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "two_optimizers.py"), "early")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "torchtriage: error: no training step detected (no optimizer.step() and no "
+        "torchtriage.step())")
+
+
+def test_hang_past_timeout_is_stopped_and_keeps_the_trace(tmp_path):
+    proc, out = run(tmp_path, "--timeout", "8", "--", "python",
+                    str(SCRIPTS / "two_optimizers.py"), "hang")
+    assert proc.returncode == 124
+    assert "ran past --timeout 8s" in proc.stderr
+    assert list(out.glob("rank0_*.pt.trace.json.gz"))
+
+
+@pytest.mark.parametrize(("knob", "message"), [
+    ("bogus.knob=1", "unknown knob 'bogus.knob'"),
+    ("dataloader.num_workers=lots", "takes an integer"),
+    ("dataloader.num_workers=-1", "must be >= 0"),
+    ("amp.bf16=maybe", "takes true or false"),
+    ("compile.mode=fast", "takes one of none, default, reduce-overhead, max-autotune"),
+    ("amp.bf16", "is not ID=VALUE"),
+])
+def test_bad_knobs_are_refused_before_the_script_starts(tmp_path, knob, message):
+    proc, out = run(tmp_path, "--knob", knob, "--", "python",
+                    str(SCRIPTS / "two_optimizers.py"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"torchtriage: error: {proc.stderr.strip().split(': ', 2)[2]}"
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_missing_command(tmp_path):
+    proc, _ = run(tmp_path, "--", "no-such-command-xyz")
+    assert proc.returncode == 2 and "command not found: no-such-command-xyz" in proc.stderr
+    proc, _ = run(tmp_path)
+    assert proc.returncode == 2 and "no command to run" in proc.stderr
