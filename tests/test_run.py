@@ -137,7 +137,7 @@ def test_out_of_memory_is_diagnosed_as_memory(tmp_path):
 
 
 def test_early_exit_says_no_step_was_detected(tmp_path):
-    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "two_optimizers.py"), "early")
+    proc, _ = run(tmp_path, "--", "python", str(SCRIPTS / "two_optimizers.py"), "early")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
         "torchtriage: error: no training step detected (no optimizer.step() and no "
