@@ -144,3 +144,18 @@ def test_json_round_trip(tmp_path):
     text = d.to_json()
     assert json.loads(text)["schema"] == "torchtriage.diagnosis/1"
     assert decode_diagnosis(text) == d
+
+
+def test_saturated_cores_drop_more_workers(tmp_path):
+    def body(base):
+        return [x("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", base, 8_000,
+                  cat="user_annotation"), x("aten::mm", base + 8_100, 1_500)]
+    trace = load_trace(write_trace(tmp_path / "t.json", _steps(4, body)))
+    machine = {"samples": 20, "cores": 2, "cpu_busy_mean": 0.97, "cpu_busy_per_core": [1, 0.94],
+               "rss_max_bytes": 1, "loader_workers": 2, "workers_cpu_cores_mean": 1.8}
+    busy = diagnose(trace, machine=machine)
+    assert busy.primary == "data_loading" and busy.machine.cpu_busy_mean == 0.97
+    assert "data_loading.cpu_saturated" in {f.id for f in busy.findings}
+    assert "dataloader.num_workers" not in [p.id for p in busy.prescriptions]
+    idle = diagnose(trace, machine={**machine, "cpu_busy_mean": 0.4})
+    assert idle.prescriptions[0].id == "dataloader.num_workers"

@@ -174,3 +174,40 @@ def test_missing_command(tmp_path):
     assert proc.returncode == 2 and "command not found: no-such-command-xyz" in proc.stderr
     proc, _ = run(tmp_path)
     assert proc.returncode == 2 and "no command to run" in proc.stderr
+
+
+def test_activation_checkpointing_knob(tmp_path):
+    script = ["--", "python", str(SCRIPTS / "blocks.py")]
+    base, base_out = run(tmp_path, *script, out="base")
+    proc, out = run(tmp_path, "--knob", "memory.activation_checkpointing=true", *script)
+    assert base.returncode == 0 and proc.returncode == 0, proc.stderr
+    entry = record(out)["knobs"]["memory.activation_checkpointing"]
+    assert entry["applied"] and "6 x Block" in entry["detail"]
+    # Recomputation in backward runs the blocks' forward ops again.
+    assert trace_text(out).count('"aten::linear"') > trace_text(base_out).count('"aten::linear"')
+    assert _losses(out) == pytest.approx(_losses(base_out), rel=1e-5)
+
+
+def test_ddp_knobs_on_two_ranks(tmp_path):
+    proc, out = run(tmp_path, "--knob", "ddp.bucket_cap_mb=1", "--knob", "ddp.static_graph=true",
+                    "--knob", "ddp.gradient_as_bucket_view=true", "--knob", "ddp.comm_hook=bf16",
+                    "--", "torchrun", "--nproc_per_node=2", str(SCRIPTS / "ddp_gloo.py"))
+    assert proc.returncode == 0, proc.stderr
+    for rank in (0, 1):
+        knobs = record(out, rank)["knobs"]
+        assert all(knobs[k]["applied"] for k in ("ddp.bucket_cap_mb", "ddp.static_graph",
+                                                  "ddp.gradient_as_bucket_view"))
+        # bf16 compression needs NCCL: refused, said so, and the run went on.
+        assert not knobs["ddp.comm_hook"]["applied"]
+        assert "NCCL" in knobs["ddp.comm_hook"]["detail"]
+
+
+def test_busy_cores_mean_cheaper_preprocessing_not_more_workers(tmp_path):
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "cpu_bound_loader.py"))
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads((out / "diagnosis.json").read_text())
+    assert d["machine"]["samples"] > 0 and d["machine"]["loader_workers"] >= 2
+    assert d["machine"]["cpu_busy_mean"] >= 0.9, d["machine"]
+    assert d["primary"] == "data_loading"
+    assert "data_loading.cpu_saturated" in {f["id"] for f in d["findings"]}
+    assert "dataloader.num_workers" not in [p["id"] for p in d["prescriptions"]]

@@ -79,6 +79,7 @@ class AutoRun:
         self._seen: list[int] = []  # optimizers stepped in the current iteration
         self._lock = threading.Lock()
         self._exception: BaseException | None = None
+        self.sampler = None
 
     # --- installation ---------------------------------------------------------------------
 
@@ -143,7 +144,19 @@ class AutoRun:
 
     # --- steps ----------------------------------------------------------------------------
 
+    def _start_sampling(self) -> None:
+        """Sample the machine from the first training step on (not during imports)."""
+        from torchtriage.capture.machine import MachineSampler
+
+        self.sampler = MachineSampler()
+        try:
+            self.sampler.start()
+        except Exception:  # psutil missing or refused: the run goes on without samples
+            self.sampler = None
+
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self.sampler is None and not self.finished:
+            self._start_sampling()
         # The next backward / batch belongs to the next iteration, even before the boundary of
         # the first iteration is known.
         self._loss_this_step = self._batch_this_step = False
@@ -165,6 +178,8 @@ class AutoRun:
     def manual_step(self) -> None:
         """``torchtriage.step()``: the script marks its own steps; optimizer hooks are ignored."""
         self.manual = True
+        if self.sampler is None and not self.finished:
+            self._start_sampling()
         self.boundary()
 
     def boundary(self) -> None:
@@ -208,6 +223,7 @@ class AutoRun:
         exc = exc or sys.exc_info()[1] or self._exception
         session = self.session
         extra = self._record()
+        extra["machine"] = self.sampler.stop() if self.sampler is not None else None
         failed = exc is not None and not (isinstance(exc, SystemExit) and not exc.code)
         extra["exit_exception"] = f"{type(exc).__name__}: {exc}" if failed else None
         if session is not None:
@@ -216,12 +232,15 @@ class AutoRun:
                 session.__exit__(type(exc) if exc else None, exc, None)
             except Exception:  # the trace is what matters; never mask the script's own exit
                 traceback.print_exc()
-        else:
+        elif self.steps:
             self.out.mkdir(parents=True, exist_ok=True)
             record = {"schema": "torchtriage.run/1", "argv": sys.argv, "trace": None,
-                      "error": "no step was profiled" if self.steps else "no training step "
-                      "detected (no optimizer.step() and no torchtriage.step())", **extra}
+                      "error": f"{self.steps} step(s) ran, fewer than --skip {self.skip}",
+                      **extra}
             (self.out / f"run.rank{self.rank}.json").write_text(json.dumps(record, indent=2))
+        # A process that never trained (a launcher such as torchrun's agent, a helper
+        # process) writes nothing: it must not overwrite the record of the rank it shares a
+        # number with.
 
     def _record(self) -> dict[str, Any]:
         times = [round((b - a) * 1e3, 3) for a, b in zip(self.step_ends, self.step_ends[1:],

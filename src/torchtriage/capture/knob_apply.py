@@ -36,10 +36,13 @@ def apply_global(run) -> None:
         _patch_dataloader(run, torch)
     if "optimizer.fused" in knobs or "optimizer.foreach" in knobs:
         _patch_optimizer(run, torch)
-    if "amp.bf16" in knobs or knobs.get("compile.mode", "none") != "none":
+    if ("amp.bf16" in knobs or knobs.get("compile.mode", "none") != "none"
+            or knobs.get("memory.activation_checkpointing")):
         _watch_root_module(run, torch)
     if knobs.get("h2d.non_blocking"):
         _patch_to(run, torch)
+    if any(k.startswith("ddp.") for k in knobs):
+        _patch_ddp(run, torch)
 
 
 def _where() -> str:
@@ -140,6 +143,8 @@ def _watch_root_module(run, torch) -> None:
 
 def _configure_root(run, torch, module) -> None:
     name = type(module).__name__
+    if run.knobs.get("memory.activation_checkpointing"):
+        _checkpoint_repeated_blocks(run, torch, module)
     if run.knobs.get("amp.bf16"):
         device = next(module.parameters()).device.type
         forward = module.forward
@@ -160,6 +165,70 @@ def _configure_root(run, torch, module) -> None:
         module.forward = torch.compile(module.forward, **options)
         run.note("compile.mode", True, f"torch.compile({name}.forward, mode={mode!r}), from "
                  "its second call")
+
+
+def _checkpoint_repeated_blocks(run, torch, root) -> None:
+    """Wrap each block of the largest run of same-class children (a ModuleList/Sequential of
+    layers) in torch.utils.checkpoint, non-reentrant."""
+    from torch.utils.checkpoint import checkpoint
+
+    best: list[Any] = []
+    for container in root.modules():
+        children = list(container.children())
+        run_start = 0
+        for i in range(1, len(children) + 1):
+            if i == len(children) or type(children[i]) is not type(children[run_start]):
+                group = children[run_start:i]
+                has_params = any(True for b in group for _ in b.parameters())
+                if len(group) >= 2 and has_params and len(group) > len(best):
+                    best = group
+                run_start = i
+    if not best:
+        run.note("memory.activation_checkpointing", False,
+                 f"{type(root).__name__} has no repeated blocks with parameters")
+        return
+    for block in best:
+        forward = block.forward
+
+        def checkpointed(*args: Any, _forward=forward, **kwargs: Any) -> Any:
+            if torch.is_grad_enabled():
+                return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+            return _forward(*args, **kwargs)
+
+        block.forward = checkpointed
+    run.note("memory.activation_checkpointing", True,
+             f"{len(best)} x {type(best[0]).__name__} blocks checkpointed, from the second call")
+
+
+def _patch_ddp(run, torch) -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    original = DistributedDataParallel.__init__
+    arguments = {"ddp.bucket_cap_mb": "bucket_cap_mb",
+                 "ddp.gradient_as_bucket_view": "gradient_as_bucket_view",
+                 "ddp.static_graph": "static_graph"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        for knob, arg in arguments.items():
+            if knob in run.knobs:
+                kwargs[arg] = run.knobs[knob]
+                run.note(knob, True, f"DistributedDataParallel({arg}={run.knobs[knob]!r}) at "
+                         f"{_where()}")
+        original(self, *args, **kwargs)
+        hook = run.knobs.get("ddp.comm_hook", "none")
+        if hook != "none":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            fn = default_hooks.bf16_compress_hook if hook == "bf16" else \
+                default_hooks.fp16_compress_hook
+            try:
+                self.register_comm_hook(None, fn)
+            except (TypeError, RuntimeError, ValueError) as exc:  # e.g. bf16 needs NCCL
+                run.note("ddp.comm_hook", False, f"{fn.__name__} refused by DDP: {exc}")
+            else:
+                run.note("ddp.comm_hook", True, f"{fn.__name__} registered")
+
+    DistributedDataParallel.__init__ = __init__
 
 
 def _patch_to(run, torch) -> None:

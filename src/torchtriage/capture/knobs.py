@@ -39,6 +39,14 @@ KNOBS: dict[str, Knob] = {k.id: k for k in (
          choices=("none", "default", "reduce-overhead", "max-autotune")),
     Knob("optimizer.fused", "bool", "optimizers built with fused=True where supported"),
     Knob("optimizer.foreach", "bool", "optimizers built with foreach=True"),
+    Knob("memory.activation_checkpointing", "bool",
+         "checkpoint each block of the root module's largest run of repeated blocks"),
+    Knob("ddp.bucket_cap_mb", "int", "DistributedDataParallel(bucket_cap_mb=N)", minimum=1),
+    Knob("ddp.gradient_as_bucket_view", "bool",
+         "DistributedDataParallel(gradient_as_bucket_view=...)"),
+    Knob("ddp.static_graph", "bool", "DistributedDataParallel(static_graph=...)"),
+    Knob("ddp.comm_hook", "choice", "register a DDP communication hook",
+         choices=("none", "bf16", "fp16")),
 )}
 
 _TRUE = {"1", "true", "yes", "on"}

@@ -123,14 +123,24 @@ def write_diagnosis(result: RunResult, device_memory: int | None, top: int = 10)
     from torchtriage.trace.ingest import load_trace
 
     oom = any("OutOfMemoryError" in str(r.get("exit_exception", "")) for r in result.records)
-    result.diagnoses = [diagnose(load_trace(p), device_memory=device_memory, oom=oom, top=top)
-                        for p in result.traces]
+    machine = {r.get("rank", 0): r.get("machine") for r in result.records}
+    result.diagnoses = [
+        diagnose(load_trace(p), device_memory=device_memory, oom=oom, top=top,
+                 machine=machine.get(_rank_of(p)))
+        for p in result.traces
+    ]
     if len(result.diagnoses) == 1:
         text = result.diagnoses[0].to_json()
     else:
         doc = {"schema": "torchtriage.diagnoses/1", "diagnoses": result.diagnoses}
         text = msgspec.json.format(msgspec.json.encode(doc)).decode()
     (result.out / "diagnosis.json").write_text(text + "\n")
+
+
+def _rank_of(trace: Path) -> int:
+    """Rank from the ``rank<N>_<pid>...`` file name the bootstrap writes."""
+    head = trace.name.split("_", 1)[0]
+    return int(head[4:]) if head.startswith("rank") and head[4:].isdigit() else 0
 
 
 def describe_failure(result: RunResult, timeout: float | None) -> str | None:
@@ -146,8 +156,8 @@ def describe_failure(result: RunResult, timeout: float | None) -> str | None:
     if not result.traces:
         errors = {r.get("error") for r in result.records if r.get("error")}
         if not result.records:
-            return ("no training step detected: the command never called optimizer.step() "
-                    "(or torchtriage.step()) in a Python process")
+            return ("no training step detected (no optimizer.step() and no "
+                    "torchtriage.step())")
         return "; ".join(sorted(errors)) or "no trace was recorded"
     return None
 

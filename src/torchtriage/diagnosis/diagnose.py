@@ -46,11 +46,13 @@ def diagnose(
     device_memory: int | None = None,
     oom: bool = False,
     top: int = 10,
+    machine: dict | None = None,
 ) -> r.Diagnosis:
     """Classify the trace's bottleneck layer and prescribe fixes, cheapest first.
 
     Args:
         trace: a loaded trace (:func:`torchtriage.trace.load_trace`).
+        machine: machine samples from ``torchtriage run`` (CPU per core, workers, GPU).
         device_memory: capacity in bytes to judge memory pressure against; overrides
             ``deviceProperties`` and stands in for a GPU's memory on CPU-only traces.
         oom: the profiled run raised an out-of-memory error.
@@ -66,6 +68,7 @@ def diagnose(
         layer_us=_layer_times(breakdown, gpu, small), small_op_us=small,
         memory=_memory_with_capacity(trace, device_memory), oom=oom,
         device=_device_evidence(trace, steps) if gpu else None,
+        machine=_machine(machine),
     )
 
     memory_fired, memory_verdict = rules.memory_rule(facts)
@@ -134,7 +137,15 @@ def diagnose(
                                        examples=list(d.examples)) for d in dynamic],
         gpu=_gpu_report(trace, facts, top) if facts.device is not None else None,
         missing=missing,
+        machine=facts.machine,
     )
+
+
+def _machine(summary: dict | None) -> r.MachineInfo | None:
+    if not summary:
+        return None
+    fields = set(r.MachineInfo.__struct_fields__)
+    return r.MachineInfo(**{k: v for k, v in summary.items() if k in fields})
 
 
 def _device_evidence(trace: Trace, steps: StepWindows) -> rules.DeviceEvidence:

@@ -190,6 +190,20 @@ class GpuReport(msgspec.Struct, kw_only=True):
     transfers: TransfersInfo
 
 
+class MachineInfo(msgspec.Struct, kw_only=True):
+    """Machine samples taken while the script ran (``torchtriage run`` only)."""
+
+    samples: int
+    cores: int
+    cpu_busy_mean: float  # mean busy fraction over all cores
+    cpu_busy_per_core: list[float]
+    rss_max_bytes: int
+    loader_workers: int
+    workers_cpu_cores_mean: float  # cores' worth of CPU used by child processes (workers)
+    gpu_util_mean: float | None = None
+    gpu_mem_max_bytes: int | None = None
+
+
 class TraceInfo(msgspec.Struct, kw_only=True):
     path: str
     mode: str
@@ -231,6 +245,7 @@ class Diagnosis(msgspec.Struct, kw_only=True):
     dynamic_shapes: list[DynamicShape] = []
     gpu: GpuReport | None = None
     missing: list[str] = []  # what the trace lacks, so analyses that need it were skipped
+    machine: MachineInfo | None = None
     capture: CaptureInfo | None = None
 
     def to_json(self, *, indent: int = 2) -> str:

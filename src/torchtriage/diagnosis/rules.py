@@ -24,7 +24,7 @@ from torchtriage.analysis.transfers import SYNC_CALLS, Transfers
 from torchtriage.analysis.utilization import ClassTime
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID, Remedy
-from torchtriage.diagnosis.result import Evidence, Finding
+from torchtriage.diagnosis.result import Evidence, Finding, MachineInfo
 from torchtriage.trace.model import Trace
 
 
@@ -60,6 +60,7 @@ class Facts:
     memory: list[tuple[DeviceMemory, int | None, str | None]]  # peak, capacity, capacity source
     oom: bool = False
     device: DeviceEvidence | None = None  # GPU traces only
+    machine: MachineInfo | None = None  # torchtriage run only
 
     @property
     def gpu(self) -> bool:
@@ -219,8 +220,18 @@ def data_loading_rule(f: Facts) -> Verdict:
             message=f"{h2d_share:.0%} of step time is an input copy that is already pinned "
                     "and asynchronous but nothing overlaps it: copy the next batch on a side "
                     "stream while this one computes (prefetch)."))
+    saturated = f.machine is not None and f.machine.cpu_busy_mean >= th.CPU_SATURATED.value
+    if f.machine is not None:
+        v.evidence.append(share_evidence("cpu_busy_mean", f.machine.cpu_busy_mean,
+                                         th.CPU_SATURATED))
+    if saturated:
+        v.findings.append(Finding(
+            id="data_loading.cpu_saturated", severity="warning", layer="data_loading",
+            message=f"Every core is already busy ({f.machine.cpu_busy_mean:.0%} on "
+                    f"{f.machine.cores} cores): more DataLoader workers will not help; make "
+                    "preprocessing cheaper (decode, resize, augment on the GPU) or add cores."))
     loader_fixes: list[tuple[Remedy, str]] = []
-    if has_loader:
+    if has_loader and not saturated:
         loader_fixes.append((BY_ID["dataloader.num_workers"],
                              "loading runs in the training process (num_workers=0)" if single
                              else "the workers do not keep up with the training loop" if multi

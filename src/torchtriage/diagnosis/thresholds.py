@@ -37,6 +37,11 @@ FRAGMENTATION_MIN_RESERVED = Threshold(
     "known capacity: below it, idle cache cannot cause an OOM",
     "torchtriage default",
 )
+CPU_SATURATED = Threshold(
+    "cpu_saturated", 0.9, "mean busy fraction of all cores",
+    "CPU use at which a data-loading bottleneck needs cheaper preprocessing, not more workers",
+    "TraceML system policy (CPU high_at=80%) raised to 90% so that 'every core busy' means it",
+)
 DATA_LOADING_SIGNIFICANT = Threshold(
     "data_loading_significant", 0.05, "share of step time",
     "data loading share at which DataLoader prescriptions are listed",
@@ -137,6 +142,7 @@ ALL: tuple[Threshold, ...] = (
     MEMORY_NEAR_CAPACITY,
     MEMORY_FRAGMENTATION,
     FRAGMENTATION_MIN_RESERVED,
+    CPU_SATURATED,
     DATA_LOADING_SIGNIFICANT,
     COMMUNICATION_SIGNIFICANT,
     HOST_SIGNIFICANT,
