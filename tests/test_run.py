@@ -211,3 +211,19 @@ def test_busy_cores_mean_cheaper_preprocessing_not_more_workers(tmp_path):
     assert d["primary"] == "data_loading"
     assert "data_loading.cpu_saturated" in {f["id"] for f in d["findings"]}
     assert "dataloader.num_workers" not in [p["id"] for p in d["prescriptions"]]
+
+
+def test_rank_zero_writes_the_job_diagnosis_itself(tmp_path):
+    """Without the `torchtriage run` parent (only its environment), rank 0 writes it."""
+    import os
+
+    from torchtriage.capture.runner import BOOTSTRAP
+
+    out = tmp_path / "job"
+    env = {**os.environ, "TORCHTRIAGE_RUN": json.dumps({"out": str(out)}),
+           "PYTHONPATH": os.pathsep.join([str(BOOTSTRAP), str(REPO / "src")])}
+    proc = subprocess.run(["torchrun", "--nproc_per_node=2", str(SCRIPTS / "ddp_gloo.py")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "diagnosis.json").read_text())
+    assert sorted(d["trace"]["rank"] for d in doc["diagnoses"]) == [0, 1]

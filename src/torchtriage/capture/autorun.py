@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 ENV = "TORCHTRIAGE_RUN"
+WAIT_FOR_RANKS_S = 60.0  # how long rank 0 waits for the other ranks' records at exit
 _RUN: AutoRun | None = None
 
 
@@ -232,6 +233,8 @@ class AutoRun:
                 session.__exit__(type(exc) if exc else None, exc, None)
             except Exception:  # the trace is what matters; never mask the script's own exit
                 traceback.print_exc()
+            if self.rank == 0:
+                self._write_job_diagnosis(extra["world_size"])
         elif self.steps:
             self.out.mkdir(parents=True, exist_ok=True)
             record = {"schema": "torchtriage.run/1", "argv": sys.argv, "trace": None,
@@ -241,6 +244,24 @@ class AutoRun:
         # A process that never trained (a launcher such as torchrun's agent, a helper
         # process) writes nothing: it must not overwrite the record of the rank it shares a
         # number with.
+
+    def _write_job_diagnosis(self, world_size: int) -> None:
+        """Rank 0: once every rank's record is on disk (or after WAIT_FOR_RANKS_S), diagnose
+        all rank traces into ``diagnosis.json``."""
+        from torchtriage.capture.runner import diagnose_run_dir, rank_files
+
+        deadline = time.monotonic() + WAIT_FOR_RANKS_S
+        while time.monotonic() < deadline:
+            if len(list(self.out.glob("run.rank*.json"))) >= world_size:
+                break
+            time.sleep(0.2)
+        try:
+            traces, records = rank_files(self.out)
+            if traces:
+                diagnose_run_dir(self.out, traces, records, self.device_memory)
+        except Exception as exc:  # the parent diagnoses again; the traces are on disk
+            print(f"torchtriage: rank 0 could not write the job diagnosis ({exc})",
+                  file=sys.stderr)
 
     def _record(self) -> dict[str, Any]:
         times = [round((b - a) * 1e3, 3) for a, b in zip(self.step_ends, self.step_ends[1:],

@@ -66,8 +66,8 @@ def run_command(
         raise TorchtriageError("no command to run: put it after --, e.g. "
                                "torchtriage run -- python train.py")
     out.mkdir(parents=True, exist_ok=True)
-    for stale in [*out.glob("run.rank*.json"), *_trace_files(out)]:
-        stale.unlink()
+    for stale in [*out.glob("run.rank*.json"), *_trace_files(out), out / "diagnosis.json"]:
+        stale.unlink(missing_ok=True)
     config = {"out": str(out.resolve()), "knobs": knobs or {}, "max_steps": max_steps,
               "skip": skip, "device_memory": device_memory}
     env = dict(os.environ)
@@ -90,8 +90,7 @@ def run_command(
     except KeyboardInterrupt:
         _stop(proc)
         raise
-    traces = _trace_files(out)
-    records = [json.loads(p.read_text()) for p in sorted(out.glob("run.rank*.json"))]
+    traces, records = rank_files(out)
     return RunResult(out=out, returncode=returncode, timed_out=timed_out, traces=traces,
                      records=records)
 
@@ -118,23 +117,55 @@ def _trace_files(out: Path) -> list[Path]:
 
 
 def write_diagnosis(result: RunResult, device_memory: int | None, top: int = 10) -> None:
-    """Diagnose every rank trace into ``DIR/diagnosis.json`` (the ``analyze --json`` schema)."""
+    """Fill ``result.diagnoses``: read ``DIR/diagnosis.json`` when rank 0 already wrote it for
+    these traces, else diagnose every rank trace and write it (a crashed or killed job)."""
+    target = result.out / "diagnosis.json"
+    newest = max((p.stat().st_mtime for p in result.traces), default=0.0)
+    if target.exists() and target.stat().st_mtime >= newest:
+        result.diagnoses = read_diagnoses(target)
+        if len(result.diagnoses) == len(result.traces):
+            return
+    result.diagnoses = diagnose_run_dir(result.out, result.traces, result.records,
+                                        device_memory, top)
+
+
+def diagnose_run_dir(out: Path, traces: list[Path], records: list[dict[str, Any]],
+                     device_memory: int | None, top: int = 10) -> list[Any]:
+    """Diagnose rank traces (with each rank's machine samples) into ``out/diagnosis.json``:
+    one diagnosis, or ``torchtriage.diagnoses/1`` with one per rank."""
     from torchtriage.diagnosis.diagnose import diagnose
     from torchtriage.trace.ingest import load_trace
 
-    oom = any("OutOfMemoryError" in str(r.get("exit_exception", "")) for r in result.records)
-    machine = {r.get("rank", 0): r.get("machine") for r in result.records}
-    result.diagnoses = [
+    oom = any("OutOfMemoryError" in str(r.get("exit_exception", "")) for r in records)
+    machine = {r.get("rank", 0): r.get("machine") for r in records}
+    diagnoses = [
         diagnose(load_trace(p), device_memory=device_memory, oom=oom, top=top,
                  machine=machine.get(_rank_of(p)))
-        for p in result.traces
+        for p in traces
     ]
-    if len(result.diagnoses) == 1:
-        text = result.diagnoses[0].to_json()
+    if len(diagnoses) == 1:
+        text = diagnoses[0].to_json()
     else:
-        doc = {"schema": "torchtriage.diagnoses/1", "diagnoses": result.diagnoses}
+        doc = {"schema": "torchtriage.diagnoses/1", "diagnoses": diagnoses}
         text = msgspec.json.format(msgspec.json.encode(doc)).decode()
-    (result.out / "diagnosis.json").write_text(text + "\n")
+    (out / "diagnosis.json").write_text(text + "\n")
+    return diagnoses
+
+
+def read_diagnoses(path: Path) -> list[Any]:
+    from torchtriage.diagnosis.result import Diagnosis, decode_diagnosis
+
+    raw = path.read_bytes()
+    doc = json.loads(raw)
+    if doc.get("schema") == "torchtriage.diagnoses/1":
+        return [msgspec.convert(d, Diagnosis) for d in doc["diagnoses"]]
+    return [decode_diagnosis(raw)]
+
+
+def rank_files(out: Path) -> tuple[list[Path], list[dict[str, Any]]]:
+    """The rank traces and run records in a run directory."""
+    records = [json.loads(p.read_text()) for p in sorted(out.glob("run.rank*.json"))]
+    return _trace_files(out), records
 
 
 def _rank_of(trace: Path) -> int:
