@@ -152,7 +152,7 @@ def test_saturated_cores_drop_more_workers(tmp_path):
                   cat="user_annotation"), x("aten::mm", base + 8_100, 1_500)]
     trace = load_trace(write_trace(tmp_path / "t.json", _steps(4, body)))
     machine = {"samples": 20, "cores": 2, "cpu_busy_mean": 0.97, "cpu_busy_per_core": [1, 0.94],
-               "rss_max_bytes": 1, "loader_workers": 2, "workers_cpu_cores_mean": 1.8}
+               "rss_max_bytes": 1, "child_processes": 2, "children_cpu_cores_mean": 1.8}
     busy = diagnose(trace, machine=machine)
     assert busy.primary == "data_loading" and busy.machine.cpu_busy_mean == 0.97
     assert "data_loading.cpu_saturated" in {f.id for f in busy.findings}

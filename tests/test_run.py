@@ -206,7 +206,7 @@ def test_busy_cores_mean_cheaper_preprocessing_not_more_workers(tmp_path):
     proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "cpu_bound_loader.py"))
     assert proc.returncode == 0, proc.stderr
     d = json.loads((out / "diagnosis.json").read_text())
-    assert d["machine"]["samples"] > 0 and d["machine"]["loader_workers"] >= 2
+    assert d["machine"]["samples"] > 0 and d["machine"]["child_processes"] >= 2
     assert d["machine"]["cpu_busy_mean"] >= 0.9, d["machine"]
     assert d["primary"] == "data_loading"
     assert "data_loading.cpu_saturated" in {f["id"] for f in d["findings"]}
@@ -227,3 +227,15 @@ def test_rank_zero_writes_the_job_diagnosis_itself(tmp_path):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "diagnosis.json").read_text())
     assert sorted(d["trace"]["rank"] for d in doc["diagnoses"]) == [0, 1]
+
+
+def test_backend_knobs_are_set_and_say_they_do_nothing_on_cpu(tmp_path):
+    proc, out = run(tmp_path, "--steps", "9", "--knob", "matmul.tf32=true",
+                    "--knob", "cudnn.benchmark=true", "--knob", "h2d.non_blocking=true", "--",
+                    "python", str(SCRIPTS / "two_optimizers.py"))
+    assert proc.returncode == 0, proc.stderr
+    knobs = record(out)["knobs"]
+    for k in ("matmul.tf32", "cudnn.benchmark"):
+        assert knobs[k]["applied"] and "no effect on CPU" in knobs[k]["detail"]
+    assert not knobs["h2d.non_blocking"]["applied"]
+    assert "no CUDA device" in knobs["h2d.non_blocking"]["detail"]

@@ -238,11 +238,13 @@ def _patch_to(run, torch) -> None:
     original = torch.Tensor.to
 
     def to(tensor, *args: Any, **kwargs: Any):
-        if tensor.device.type == "cpu" and tensor.is_pinned() and "non_blocking" not in kwargs:
+        if (tensor.device.type == "cpu" and not kwargs.get("non_blocking")
+                and tensor.is_pinned()):
             target = args[0] if args else kwargs.get("device")
             if target is not None and "cuda" in str(target):
                 kwargs["non_blocking"] = True
-                run.note("h2d.non_blocking", True, "pinned tensor copied with non_blocking=True")
+                run.note("h2d.non_blocking", True, "pinned tensor copied with non_blocking=True "
+                         f"at {_where()}")
         return original(tensor, *args, **kwargs)
 
     torch.Tensor.to = to

@@ -50,8 +50,8 @@ class MachineSampler:
                 for child in self._process.children(recursive=True):
                     proc = children.setdefault(child.pid, child)
                     workers += proc.cpu_percent(None)
-                sample["workers_cpu"] = workers / 100.0
-                sample["workers"] = len(children)
+                sample["children_cpu"] = workers / 100.0
+                sample["children"] = len(children)
                 if self._nvml is not None:
                     import pynvml
 
@@ -88,9 +88,9 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any] | None:
         "cpu_busy_per_core": [round(c, 3) for c in per_core],
         "cpu_busy_mean": round(sum(per_core) / cores, 3),
         "rss_max_bytes": max(s["rss"] for s in samples),
-        "loader_workers": max(s.get("workers", 0) for s in samples),
-        "workers_cpu_cores_mean": round(sum(s["workers_cpu"] for s in samples) / len(samples),
-                                        3),
+        "child_processes": max(s.get("children", 0) for s in samples),
+        "children_cpu_cores_mean": round(sum(s["children_cpu"] for s in samples)
+                                         / len(samples), 3),
     }
     gpu = [s for s in samples if "gpu_util" in s]
     if gpu:

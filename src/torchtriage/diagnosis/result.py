@@ -198,8 +198,8 @@ class MachineInfo(msgspec.Struct, kw_only=True):
     cpu_busy_mean: float  # mean busy fraction over all cores
     cpu_busy_per_core: list[float]
     rss_max_bytes: int
-    loader_workers: int
-    workers_cpu_cores_mean: float  # cores' worth of CPU used by child processes (workers)
+    child_processes: int  # DataLoader workers, compile workers, ...
+    children_cpu_cores_mean: float  # cores' worth of CPU used by child processes
     gpu_util_mean: float | None = None
     gpu_mem_max_bytes: int | None = None
 
