@@ -81,6 +81,7 @@ class AutoRun:
         self._lock = threading.Lock()
         self._exception: BaseException | None = None
         self.sampler = None
+        self._sampling_tried = False
 
     # --- installation ---------------------------------------------------------------------
 
@@ -149,6 +150,7 @@ class AutoRun:
         """Sample the machine from the first training step on (not during imports)."""
         from torchtriage.capture.machine import MachineSampler
 
+        self._sampling_tried = True
         self.sampler = MachineSampler()
         try:
             self.sampler.start()
@@ -156,7 +158,7 @@ class AutoRun:
             self.sampler = None
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if self.sampler is None and not self.finished:
+        if not self._sampling_tried and not self.finished:
             self._start_sampling()
         # The next backward / batch belongs to the next iteration, even before the boundary of
         # the first iteration is known.
@@ -179,7 +181,7 @@ class AutoRun:
     def manual_step(self) -> None:
         """``torchtriage.step()``: the script marks its own steps; optimizer hooks are ignored."""
         self.manual = True
-        if self.sampler is None and not self.finished:
+        if not self._sampling_tried and not self.finished:
             self._start_sampling()
         self.boundary()
 
