@@ -64,8 +64,9 @@ def test_analyze_directory_of_several_traces(tmp_path, capsys):
                                           x("aten::mm", 0, 90)])
     assert main(["analyze", str(tmp_path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema"] == "torchtriage.diagnoses/1"
-    assert [d["primary"] for d in doc["diagnoses"]] == ["kernel", "data_loading"]
+    assert doc["schema"] == "torchtriage.job/1" and doc["world_size"] == 2
+    assert sorted(d["primary"] for d in doc["diagnoses"]) == ["data_loading", "kernel"]
+    assert {"ranks", "straggler", "primary", "step_time_skew"} <= set(doc)
 
 
 @pytest.mark.parametrize(

@@ -127,6 +127,7 @@ def test_find_trace_files(tmp_path):
     write_trace(tmp_path / "b.pt.trace.json.gz", [x("a", 0, 1)], gz=True)
     write_trace(tmp_path / "a.json", [x("a", 0, 1)])
     (tmp_path / "diagnosis.json").write_text("{}")
+    (tmp_path / "run.rank1.json").write_text("{}")
     assert [p.name for p in find_trace_files(tmp_path)] == ["a.json", "b.pt.trace.json.gz"]
     nested = tmp_path / "run"
     (nested / "traces").mkdir(parents=True)

@@ -74,7 +74,7 @@ def test_torchrun_two_ranks_two_traces_one_diagnosis(tmp_path):
     assert len(list(out.glob("rank0_*.pt.trace.json.gz"))) == 1
     assert len(list(out.glob("rank1_*.pt.trace.json.gz"))) == 1
     doc = json.loads((out / "diagnosis.json").read_text())
-    assert doc["schema"] == "torchtriage.diagnoses/1"
+    assert doc["schema"] == "torchtriage.job/1"
     assert sorted(d["trace"]["rank"] for d in doc["diagnoses"]) == [0, 1]
     assert {d["trace"]["world_size"] for d in doc["diagnoses"]} == {2}
     assert "Memory block of unknown size" not in proc.stderr

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from torchtriage.api import analyze
+from torchtriage.api import analyze, analyze_job
 from torchtriage.capture.session import profile
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.errors import TorchtriageError, TraceError
@@ -29,5 +29,5 @@ def step() -> None:
         run.manual_step()
 
 
-__all__ = ["Diagnosis", "TorchtriageError", "TraceError", "__version__", "analyze", "profile",
-           "step"]
+__all__ = ["Diagnosis", "TorchtriageError", "TraceError", "__version__", "analyze",
+           "analyze_job", "profile", "step"]

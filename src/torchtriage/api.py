@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ProcessPoolExecutor
 
 from torchtriage.diagnosis.diagnose import diagnose
+from torchtriage.diagnosis.job import JobDiagnosis, diagnose_job
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.trace.discover import find_trace_files
 from torchtriage.trace.ingest import load_trace
@@ -29,6 +31,25 @@ def analyze(
         TraceError: a path or file that is not a readable Kineto trace.
     """
     capacity = parse_bytes(device_memory) if device_memory is not None else None
-    return [
-        diagnose(load_trace(p), device_memory=capacity, top=top) for p in find_trace_files(path)
-    ]
+    paths = find_trace_files(path)
+    if len(paths) == 1 or (os.cpu_count() or 1) == 1:
+        return [_diagnose_file(p, capacity, top) for p in paths]
+    # Rank traces are independent: parse and diagnose them in parallel processes.
+    with ProcessPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:
+        return list(pool.map(_diagnose_file, paths, [capacity] * len(paths),
+                             [top] * len(paths)))
+
+
+def analyze_job(
+    path: str | os.PathLike[str],
+    *,
+    device_memory: int | str | None = None,
+    top: int = 10,
+) -> JobDiagnosis:
+    """Diagnose a directory of rank traces as one job: per-rank verdicts, stragglers, one
+    job-level verdict (see :mod:`torchtriage.diagnosis.job`)."""
+    return diagnose_job(analyze(path, device_memory=device_memory, top=top))
+
+
+def _diagnose_file(path, capacity: int | None, top: int) -> Diagnosis:
+    return diagnose(load_trace(path), device_memory=capacity, top=top)

@@ -60,18 +60,19 @@ def analyze(
 ) -> None:
     """Diagnose a Kineto trace captured elsewhere (torch.profiler, tensorboard_trace_handler)."""
     from torchtriage.api import analyze as analyze_path
+    from torchtriage.diagnosis.job import diagnose_job
+    from torchtriage.report.terminal import job_renderable
 
     diagnoses = analyze_path(path, device_memory=device_memory, top=top)
+    job = diagnose_job(diagnoses) if len(diagnoses) > 1 else None
     if json_out:
-        if len(diagnoses) == 1:
-            sys.stdout.write(diagnoses[0].to_json() + "\n")
-        else:
-            doc = {"schema": "torchtriage.diagnoses/1", "diagnoses": diagnoses}
-            sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc)).decode() + "\n")
+        sys.stdout.write((job or diagnoses[0]).to_json() + "\n")
         return
     console = Console()
     for d in diagnoses:
         console.print(d)
+    if job is not None:
+        console.print(job_renderable(job))
 
 
 @app.command()
@@ -145,6 +146,11 @@ def run_script(
     elif result.diagnoses:
         for d in result.diagnoses:
             console.print(d)
+        if len(result.diagnoses) > 1:
+            from torchtriage.diagnosis.job import diagnose_job
+            from torchtriage.report.terminal import job_renderable
+
+            console.print(job_renderable(diagnose_job(result.diagnoses)))
     for knob_id, entry in result.knobs.items():
         status = "applied" if entry["applied"] else "not applied"
         console.print(f"knob {knob_id}={entry['value']}: {status} ({entry['detail']})")

@@ -132,7 +132,7 @@ def write_diagnosis(result: RunResult, device_memory: int | None, top: int = 10)
 def diagnose_run_dir(out: Path, traces: list[Path], records: list[dict[str, Any]],
                      device_memory: int | None, top: int = 10) -> list[Any]:
     """Diagnose rank traces (with each rank's machine samples) into ``out/diagnosis.json``:
-    one diagnosis, or ``torchtriage.diagnoses/1`` with one per rank."""
+    one diagnosis, or the job diagnosis (``torchtriage.job/1``) over several ranks."""
     from torchtriage.diagnosis.diagnose import diagnose
     from torchtriage.trace.ingest import load_trace
 
@@ -146,8 +146,9 @@ def diagnose_run_dir(out: Path, traces: list[Path], records: list[dict[str, Any]
     if len(diagnoses) == 1:
         text = diagnoses[0].to_json()
     else:
-        doc = {"schema": "torchtriage.diagnoses/1", "diagnoses": diagnoses}
-        text = msgspec.json.format(msgspec.json.encode(doc)).decode()
+        from torchtriage.diagnosis.job import diagnose_job
+
+        text = diagnose_job(diagnoses).to_json()
     (out / "diagnosis.json").write_text(text + "\n")
     return diagnoses
 
@@ -157,7 +158,7 @@ def read_diagnoses(path: Path) -> list[Any]:
 
     raw = path.read_bytes()
     doc = json.loads(raw)
-    if doc.get("schema") == "torchtriage.diagnoses/1":
+    if doc.get("schema") == "torchtriage.job/1":
         return [msgspec.convert(d, Diagnosis) for d in doc["diagnoses"]]
     return [decode_diagnosis(raw)]
 

@@ -120,6 +120,17 @@ UNFUSED_CHAIN = Threshold(
     "measured on an H200: examples/elementwise_chain.py runs 24.8 pointwise kernels per matrix "
     "kernel in eager mode and 4.1 after torch.compile; 8 sits between",
 )
+STRAGGLER_COMM_GAP = Threshold(
+    "straggler_comm_gap", 0.10, "share of step time",
+    "gap between the largest and the smallest exposed-communication share across ranks at "
+    "which the rank that waits least is named a straggler",
+    "TraceML step-time policy (straggler score warn 0.10)",
+)
+STEP_TIME_SKEW = Threshold(
+    "step_time_skew", 0.06, "fraction of the median step",
+    "spread of the ranks' median step times that is reported",
+    "TraceML step-time policy (max_skew 0.06)",
+)
 CONFIDENCE_HIGH_MARGIN = Threshold(
     "confidence_high_margin", 0.25, "share of step time",
     "distance of the verdict from its nearest decision boundary for `high` confidence: the lead "
@@ -156,6 +167,8 @@ ALL: tuple[Threshold, ...] = (
     FP32_MATMUL_SHARE,
     ELEMENTWISE_SHARE,
     UNFUSED_CHAIN,
+    STRAGGLER_COMM_GAP,
+    STEP_TIME_SKEW,
     CONFIDENCE_HIGH_MARGIN,
     CONFIDENCE_MEDIUM_MARGIN,
     MIN_STEPS_FOR_CONFIDENCE,

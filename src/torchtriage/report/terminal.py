@@ -247,3 +247,26 @@ def _dynamic(d: Diagnosis) -> Table:
     for s in d.dynamic_shapes:
         t.add_row(s.op, str(s.steps_seen), str(s.distinct_signatures), " | ".join(s.examples))
     return t
+
+
+def job_renderable(job) -> RenderableType:
+    """The job view: one verdict, ranks side by side, the straggler."""
+    head = Text()
+    head.append(f"Job bottleneck: {job.primary}", style="bold")
+    head.append(f"   confidence: {job.confidence}   ranks: {job.world_size}\n")
+    head.append(job.summary)
+    table = Table(title="Ranks side by side (share of step time)", box=box.SIMPLE_HEAD,
+                  title_justify="left")
+    layers = list(job.ranks[0].shares) if job.ranks else []
+    for col in ("rank", "primary", "median step ms", *layers):
+        table.add_column(col, justify="left" if col in ("rank", "primary") else "right")
+    straggler = job.straggler.rank if job.straggler else None
+    for r in job.ranks:
+        table.add_row(str(r.rank), r.primary, f"{r.median_step_ms:.1f}",
+                      *[f"{r.shares[x]:.1%}" for x in layers],
+                      style="bold red" if r.rank == straggler else None)
+    parts: list[RenderableType] = [Panel(head, title="torchtriage · job", title_align="left",
+                                         box=box.ROUNDED), table]
+    for f in job.findings:
+        parts.append(Text(f"{f.severity}: {f.message}", style=_SEVERITY_STYLE.get(f.severity)))
+    return Group(*parts)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from torchtriage.errors import TraceError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-# Files torchtriage itself writes next to traces; never traces.
-_OWN_FILES = {"diagnosis.json", "run.json"}
+# Files torchtriage itself writes next to traces (diagnosis.json, run.json, run.rank<N>.json).
+_OWN_FILES = re.compile(r"^(diagnosis|run(\.rank\d+)?)\.json$")
 
 
 def find_trace_files(path: str | os.PathLike[str]) -> list[Path]:
@@ -40,5 +41,5 @@ def _traces_in(directory: Path) -> list[Path]:
     return sorted(
         q
         for q in directory.iterdir()
-        if q.is_file() and q.name.endswith(TRACE_SUFFIXES) and q.name not in _OWN_FILES
+        if q.is_file() and q.name.endswith(TRACE_SUFFIXES) and not _OWN_FILES.match(q.name)
     )

@@ -1,0 +1,76 @@
+"""Job-level diagnosis over rank traces: ranks side by side, stragglers (2-rank gloo on CPU)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import write_trace, x
+
+from torchtriage.api import analyze_job
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _rank_trace(tmp_path: Path, rank: int, comm_us: float, loader_us: float) -> None:
+    events = []
+    for n in range(3, 7):
+        base = n * 10_000.0
+        events += [
+            x(f"ProfilerStep#{n}", base, 10_000, cat="user_annotation"),
+            x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", base, loader_us,
+              cat="user_annotation"),
+            x("aten::mm", base + loader_us, 2_000),
+            x("gloo:all_reduce", base + loader_us + 2_000, comm_us, cat="user_annotation",
+              tid=99),
+        ]
+    write_trace(tmp_path / f"rank{rank}.json", events,
+                distributedInfo={"backend": "gloo", "rank": rank, "world_size": 2})
+
+
+def test_straggler_is_named_with_its_layer(tmp_path):
+    _rank_trace(tmp_path, 0, comm_us=7_500, loader_us=300)  # waits for rank 1
+    _rank_trace(tmp_path, 1, comm_us=300, loader_us=7_500)  # loads slowly
+    job = analyze_job(tmp_path)
+    assert job.straggler is not None
+    assert (job.straggler.rank, job.straggler.layer) == (1, "data_loading")
+    assert job.primary == "data_loading" and job.world_size == 2
+    assert [r.rank for r in job.ranks] == [0, 1]
+    assert "job.straggler" in {f.id for f in job.findings}
+
+
+def test_balanced_communication_bound_job_has_no_straggler(tmp_path):
+    _rank_trace(tmp_path, 0, comm_us=7_000, loader_us=300)
+    _rank_trace(tmp_path, 1, comm_us=5_500, loader_us=300)
+    job = analyze_job(tmp_path)
+    assert job.straggler is None and job.primary == "communication"
+    assert job.confidence == "high"
+
+
+def _torchtriage_run(tmp_path: Path, example: str) -> dict:
+    out = tmp_path / example
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchtriage", "run", "--out", str(out), "--", "torchrun",
+         "--nproc_per_node=2", str(REPO / "examples" / f"{example}.py")],
+        capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "torchtriage · job" in proc.stdout
+    return json.loads((out / "diagnosis.json").read_text())
+
+
+def test_ddp_comm_bound_example_is_communication_on_every_rank(tmp_path):
+    job = _torchtriage_run(tmp_path, "ddp_comm_bound")
+    assert [d["primary"] for d in job["diagnoses"]] == ["communication", "communication"]
+    for d in job["diagnoses"]:
+        assert d["prescriptions"][0]["layer"] == "communication"
+    assert job["primary"] == "communication" and job["straggler"] is None
+
+
+@pytest.mark.parametrize("example", ["ddp_straggler"])
+def test_ddp_straggler_example_names_the_slow_rank_and_its_layer(tmp_path, example):
+    job = _torchtriage_run(tmp_path, example)
+    assert job["straggler"]["rank"] == 1 and job["straggler"]["layer"] == "data_loading"
+    assert job["diagnoses"][0]["primary"] == "communication"  # the fast rank waits
