@@ -14,6 +14,7 @@ Run (2 processes)::
 
     torchrun --nproc_per_node=2 examples/ddp_comm_bound.py
     torchrun --nproc_per_node=2 examples/ddp_comm_bound.py --accumulate 4   # fixed
+    torchrun --nproc_per_node=2 examples/ddp_comm_bound.py --device cuda --width 8192 --depth 8
     torchtriage run -- torchrun --nproc_per_node=2 examples/ddp_comm_bound.py
 """
 
@@ -35,7 +36,7 @@ BATCH_SIZE = 4
 
 
 def train(steps: int, device: str = "cpu", *, accumulate: int = 1,
-          batch_size: int = BATCH_SIZE) -> list[float]:
+          batch_size: int = BATCH_SIZE, width: int = WIDTH, depth: int = DEPTH) -> list[float]:
     """Run `steps` optimizer steps on this rank (needs torch.distributed set up by torchrun)."""
     backend = "nccl" if device == "cuda" else "gloo"
     dist.init_process_group(backend)
@@ -46,15 +47,15 @@ def train(steps: int, device: str = "cpu", *, accumulate: int = 1,
         torch.cuda.set_device(dev)
     torch.manual_seed(0)
     layers: list[nn.Module] = []
-    for _ in range(DEPTH):
-        layers += [nn.Linear(WIDTH, WIDTH), nn.ReLU()]
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
     model = DistributedDataParallel(nn.Sequential(*layers).to(dev))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(rank)
     losses: list[float] = []
     for _ in range(steps):
         for micro in range(accumulate):
-            x = torch.randn(batch_size, WIDTH, generator=gen).to(dev)
+            x = torch.randn(batch_size, width, generator=gen).to(dev)
             sync = micro == accumulate - 1
             with contextlib.nullcontext() if sync else model.no_sync():
                 loss = model(x).pow(2).mean() / accumulate
@@ -73,10 +74,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--accumulate", type=int, default=1,
                         help="micro-batches per all-reduce (no_sync): the fix")
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE)
+    parser.add_argument("--width", type=int, default=WIDTH,
+                        help="layer width (8192 with --depth 8 makes NCCL over NVLink "
+                             "communication-bound on H200s)")
+    parser.add_argument("--depth", type=int, default=DEPTH)
     args = parser.parse_args(argv)
     start = time.perf_counter()
     losses = train(args.steps, args.device, accumulate=args.accumulate,
-                   batch_size=args.batch_size)
+                   batch_size=args.batch_size, width=args.width, depth=args.depth)
     elapsed = time.perf_counter() - start
     print(f"{len(losses)} steps in {elapsed:.2f}s; final loss {losses[-1]:.5f}")
 

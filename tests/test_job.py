@@ -74,3 +74,25 @@ def test_ddp_straggler_example_names_the_slow_rank_and_its_layer(tmp_path, examp
     job = _torchtriage_run(tmp_path, example)
     assert job["straggler"]["rank"] == 1 and job["straggler"]["layer"] == "data_loading"
     assert job["diagnoses"][0]["primary"] == "communication"  # the fast rank waits
+
+
+NCCL = Path(__file__).parent / "fixtures" / "nccl"
+
+
+def test_nccl_comm_bound_fixture_is_communication_on_every_rank():
+    job = analyze_job(NCCL / "comm_bound")
+    assert [d.primary for d in job.diagnoses] == ["communication", "communication"]
+    assert [d.trace.rank for d in job.diagnoses] == [0, 1]
+    for d in job.diagnoses:
+        assert d.prescriptions[0].id == "ddp.bucket_cap"
+        assert d.gpu.comm_compute_overlap_pct is not None
+        comm = next(c for c in d.gpu.kernel_classes if c.cls == "communication")
+        assert comm.time_ms > 0.3 * sum(c.time_ms for c in d.gpu.kernel_classes)
+    assert job.primary == "communication" and job.straggler is None
+
+
+def test_nccl_fix_moves_the_bottleneck_off_communication():
+    before, after = analyze_job(NCCL / "comm_bound"), analyze_job(NCCL / "comm_bound_fixed")
+    for b, a in zip(before.diagnoses, after.diagnoses, strict=True):
+        assert a.primary != "communication"
+        assert a.layers["communication"].share < b.layers["communication"].share / 2
