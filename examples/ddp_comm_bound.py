@@ -1,8 +1,8 @@
 """Communication-bound data parallelism: gradient all-reduce dominates (layer: communication).
 
 What: DDP over gloo (CPU) or NCCL (``--device cuda``) on a wide MLP, 4 x Linear(2048, 2048)
-(16.8M parameters, 67 MB of fp32 gradients per step), with a batch of 4: the compute is a few
-milliseconds while every step all-reduces all 67 MB.
+(16.8M parameters, 67 MB of fp32 gradients per step), with a batch of 1 and one compute thread
+per rank on CPU: the compute is a few milliseconds while every step all-reduces all 67 MB.
 
 Why: the gradient volume is fixed by the model, the compute scales with the batch; with a tiny
 batch the ranks spend most of the step in (or waiting for) all-reduce.
@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 WIDTH = 2048
 DEPTH = 4
-BATCH_SIZE = 4
+BATCH_SIZE = 1
 
 
 def train(steps: int, device: str = "cpu", *, accumulate: int = 1,
@@ -45,6 +45,8 @@ def train(steps: int, device: str = "cpu", *, accumulate: int = 1,
                        else "cpu")
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
+    else:
+        torch.set_num_threads(1)  # ranks share the host's cores with gloo's threads
     torch.manual_seed(0)
     layers: list[nn.Module] = []
     for _ in range(depth):

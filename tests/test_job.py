@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import write_trace, x
 
-from torchtriage.api import analyze_job
+from torchtriage.api import analyze, analyze_job
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -96,3 +96,20 @@ def test_nccl_fix_moves_the_bottleneck_off_communication():
     for b, a in zip(before.diagnoses, after.diagnoses, strict=True):
         assert a.primary != "communication"
         assert a.layers["communication"].share < b.layers["communication"].share / 2
+
+
+def test_collective_table_from_nccl_kernel_args():
+    (d,) = [x for x in analyze_job(NCCL / "comm_bound").diagnoses if x.trace.rank == 0]
+    (allreduce,) = [c for c in d.collectives if c.op == "allreduce"]
+    assert allreduce.source == "nccl kernel" and allreduce.group_size == 2
+    assert allreduce.bytes_per_call == 67117056 * 4  # In msg nelems x fp32
+    assert allreduce.per_step > 1 and 10 < allreduce.busbw_gbps < 1000  # NVLink-class
+    assert any(e.metric == "allreduce_busbw" for e in d.layers["communication"].evidence)
+
+
+def test_collective_table_from_gloo_ranges(tmp_path):
+    _rank_trace(tmp_path, 0, comm_us=7_000, loader_us=300)
+    (d,) = analyze(tmp_path / "rank0.json")
+    (row,) = d.collectives
+    assert (row.op, row.source, row.count, row.per_step) == ("all_reduce", "gloo", 4, 1.0)
+    assert row.time_ms == pytest.approx(28.0)

@@ -10,6 +10,7 @@ import numpy as np
 
 from torchtriage import __version__
 from torchtriage.analysis.breakdown import Breakdown, step_breakdown
+from torchtriage.analysis.collectives import collective_table
 from torchtriage.analysis.idle import comm_compute_overlap, idle_breakdown, temporal_breakdown
 from torchtriage.analysis.kernels import device_ops
 from torchtriage.analysis.launch import launch_stats
@@ -69,6 +70,7 @@ def diagnose(
         memory=_memory_with_capacity(trace, device_memory), oom=oom,
         device=_device_evidence(trace, steps) if gpu else None,
         machine=_machine(machine),
+        collectives=collective_table(trace, steps),
     )
 
     memory_fired, memory_verdict = rules.memory_rule(facts)
@@ -138,6 +140,12 @@ def diagnose(
         gpu=_gpu_report(trace, facts, top) if facts.device is not None else None,
         missing=missing,
         machine=facts.machine,
+        collectives=[r.CollectiveRow(
+            op=c.op, source=c.source, count=c.count, per_step=round(c.per_step, 2),
+            time_ms=round(c.time_us / 1e3, 3), mean_ms=round(c.mean_us / 1e3, 4),
+            bytes_per_call=c.bytes_per_call, group_size=c.group_size,
+            algbw_gbps=_round(c.algbw_gbps, 3), busbw_gbps=_round(c.busbw_gbps, 3))
+            for c in facts.collectives],
     )
 
 

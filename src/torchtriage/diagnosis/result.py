@@ -204,6 +204,21 @@ class MachineInfo(msgspec.Struct, kw_only=True):
     gpu_mem_max_bytes: int | None = None
 
 
+class CollectiveRow(msgspec.Struct, kw_only=True):
+    """One collective op in the analysed steps (see analysis/collectives.py)."""
+
+    op: str
+    source: str  # "nccl kernel" | "gloo" | "record_param_comms"
+    count: int
+    per_step: float
+    time_ms: float
+    mean_ms: float
+    bytes_per_call: float | None = None
+    group_size: int | None = None
+    algbw_gbps: float | None = None
+    busbw_gbps: float | None = None
+
+
 class TraceInfo(msgspec.Struct, kw_only=True):
     path: str
     mode: str
@@ -246,6 +261,7 @@ class Diagnosis(msgspec.Struct, kw_only=True):
     gpu: GpuReport | None = None
     missing: list[str] = []  # what the trace lacks, so analyses that need it were skipped
     machine: MachineInfo | None = None
+    collectives: list[CollectiveRow] = []
     capture: CaptureInfo | None = None
 
     def to_json(self, *, indent: int = 2) -> str:

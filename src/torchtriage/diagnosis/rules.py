@@ -14,6 +14,7 @@ import numpy as np
 
 from torchtriage.analysis.breakdown import Breakdown
 from torchtriage.analysis.categories import is_dataloader
+from torchtriage.analysis.collectives import CollectiveStats
 from torchtriage.analysis.intervals import covers, merge
 from torchtriage.analysis.kernels import KERNEL_CLASSES, DeviceOps
 from torchtriage.analysis.launch import LaunchStats
@@ -61,6 +62,7 @@ class Facts:
     oom: bool = False
     device: DeviceEvidence | None = None  # GPU traces only
     machine: MachineInfo | None = None  # torchtriage run only
+    collectives: list[CollectiveStats] = field(default_factory=list)
 
     @property
     def gpu(self) -> bool:
@@ -441,6 +443,12 @@ def communication_rule(f: Facts) -> Verdict:
     share = f.share("communication")
     v = Verdict(evidence=[share_evidence("communication_share", share,
                                          th.COMMUNICATION_SIGNIFICANT)])
+    for c in f.collectives[:3]:
+        v.evidence.append(Evidence(metric=f"{c.op}_per_step", value=round(c.per_step, 2),
+                                   unit="calls"))
+        if c.busbw_gbps is not None:
+            v.evidence.append(Evidence(metric=f"{c.op}_busbw", value=round(c.busbw_gbps, 2),
+                                       unit="GB/s", source="nccl-tests bus bandwidth"))
     if share < th.COMMUNICATION_SIGNIFICANT.value:
         return v
     v.findings.append(Finding(

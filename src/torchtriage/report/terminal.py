@@ -35,6 +35,8 @@ def renderable(d: Diagnosis) -> RenderableType:
         parts.append(_prescriptions(d))
     if d.gpu is not None:
         parts.extend(_gpu(d))
+    if d.collectives:
+        parts.append(_collectives(d))
     parts.extend(_top_ops(d))
     if d.missing:
         parts.append(_missing(d))
@@ -212,6 +214,20 @@ def _gpu(d: Diagnosis) -> list[RenderableType]:
         kernels.add_row(k.name[:100], k.cls, tc, str(k.count), f"{k.time_ms:,.2f}",
                         f"{k.share:.1%}", k.launched_by or "-")
     return [Panel(lines, title="GPU", title_align="left", box=box.ROUNDED), classes, kernels]
+
+
+def _collectives(d: Diagnosis) -> Table:
+    t = Table(title=f"Collectives ({d.collectives[0].source})", box=box.SIMPLE_HEAD,
+              title_justify="left")
+    for col in ("op", "calls", "per step", "ms", "mean ms", "MB per call", "algbw GB/s",
+                "busbw GB/s"):
+        t.add_column(col, justify="left" if col == "op" else "right")
+    for c in d.collectives:
+        t.add_row(c.op, str(c.count), f"{c.per_step:g}", f"{c.time_ms:,.2f}", f"{c.mean_ms:.3f}",
+                  f"{c.bytes_per_call / 1e6:,.1f}" if c.bytes_per_call else "-",
+                  f"{c.algbw_gbps:,.2f}" if c.algbw_gbps is not None else "-",
+                  f"{c.busbw_gbps:,.2f}" if c.busbw_gbps is not None else "-")
+    return t
 
 
 def _missing(d: Diagnosis) -> Text:

@@ -64,6 +64,11 @@ class _Args(msgspec.Struct):
     mem_bytes: _Num = msgspec.field(default=None, name="Bytes")
     device_type: _Num = msgspec.field(default=None, name="Device Type")
     device_id: _Num = msgspec.field(default=None, name="Device Id")
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    in_nelems: _Num = msgspec.field(default=None, name="In msg nelems")
+    group_size: _Num = msgspec.field(default=None, name="Group size")
+    dtype: str | None = None
+    input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
 
 
 class _Event(msgspec.Struct):
@@ -178,6 +183,16 @@ def _meta(path: Path, parsed: _TraceFile, raw_bytes: int) -> TraceMeta:
     )
 
 
+def _collective(name: str, a: _Args, label) -> tuple[int, int, int, int]:
+    """(collective label, elements, group size, dtype label) of a collective event."""
+    dtype = a.dtype
+    if dtype is None and a.input_type:
+        types = msgspec.json.decode(a.input_type)
+        dtype = types[0] if types and isinstance(types[0], str) else None
+    op = a.collective if a.collective is not None else name[len("gloo:"):]
+    return (label(op), _int(a.in_nelems), _int(a.group_size), label(dtype))
+
+
 def _columns(raw_events: list[_Event]) -> tuple[EventTable, MemoryTable]:
     names: dict[str, int] = {}
     threads: dict[tuple[str, str], int] = {}
@@ -197,6 +212,17 @@ def _columns(raw_events: list[_Event]) -> tuple[EventTable, MemoryTable]:
     shape_off: list[int] = []
     shape_len: list[int] = []
     blob = bytearray()
+    labels: dict[str, int] = {}
+    # Sparse collective args: row -> (collective id, elements, group size, dtype id)
+    collectives: dict[int, tuple[int, int, int, int]] = {}
+
+    def label(text: str | None) -> int:
+        if text is None:
+            return -1
+        found = labels.get(text)
+        if found is None:
+            found = labels[text] = len(labels)
+        return found
 
     mem_rows: list[tuple[float, int, int, int, int, int]] = []
 
@@ -231,6 +257,8 @@ def _columns(raw_events: list[_Event]) -> tuple[EventTable, MemoryTable]:
         dur.append(ev.dur if ev.dur is not None and ev.dur > 0 else 0.0)
         a = ev.args
         if a is None:
+            if ev.name.startswith("gloo:"):
+                collectives[len(ts) - 1] = (label(ev.name[5:]), -1, -1, -1)
             ext.append(-1)
             corr.append(-1)
             stream.append(-1)
@@ -239,6 +267,8 @@ def _columns(raw_events: list[_Event]) -> tuple[EventTable, MemoryTable]:
             shape_off.append(-1)
             shape_len.append(0)
             continue
+        if a.collective is not None or ev.name.startswith("gloo:"):
+            collectives[len(ts) - 1] = _collective(ev.name, a, label)
         ext.append(_int(a.external_id if a.external_id is not None else a.external_id_legacy))
         corr.append(_int(a.correlation))
         stream.append(_int(a.stream))
@@ -268,6 +298,8 @@ def _columns(raw_events: list[_Event]) -> tuple[EventTable, MemoryTable]:
         names=list(names),
         threads=list(threads),
         shapes_blob=bytes(blob),
+        labels=list(labels),
+        collectives=collectives,
     )
     mem = np.asarray(mem_rows, dtype=np.float64).reshape(-1, 6)
     memory = MemoryTable(

@@ -77,6 +77,11 @@ class EventTable:
     names: list[str]
     threads: list[tuple[str, str]]  # (pid, tid) as strings
     shapes_blob: bytes = b""
+    labels: list[str] = field(default_factory=list)  # collective names and dtypes
+    # Collective args, only for the rows that carry them (NCCL kernels, record_param_comms,
+    # gloo:*): row -> (label id of the collective, elements or -1, group size or -1,
+    # label id of the dtype or -1).
+    collectives: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])
