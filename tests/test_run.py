@@ -227,6 +227,8 @@ def test_rank_zero_writes_the_job_diagnosis_itself(tmp_path):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "diagnosis.json").read_text())
     assert sorted(d["trace"]["rank"] for d in doc["diagnoses"]) == [0, 1]
+    # Each rank diagnosed its own trace and rank 0 gathered them over torchrun's store.
+    assert doc["gathered_via"] == "torchrun store"
 
 
 def test_backend_knobs_are_set_and_say_they_do_nothing_on_cpu(tmp_path):

@@ -235,8 +235,11 @@ class AutoRun:
                 session.__exit__(type(exc) if exc else None, exc, None)
             except Exception:  # the trace is what matters; never mask the script's own exit
                 traceback.print_exc()
+            world_size = extra["world_size"]
+            if world_size > 1 and self._share_over_store(session, world_size, extra):
+                return
             if self.rank == 0:
-                self._write_job_diagnosis(extra["world_size"])
+                self._write_job_diagnosis(world_size)
         elif self.steps:
             self.out.mkdir(parents=True, exist_ok=True)
             record = {"schema": "torchtriage.run/1", "argv": sys.argv, "trace": None,
@@ -246,6 +249,39 @@ class AutoRun:
         # A process that never trained (a launcher such as torchrun's agent, a helper
         # process) writes nothing: it must not overwrite the record of the rank it shares a
         # number with.
+
+    def _share_over_store(self, session, world_size: int, extra: dict[str, Any]) -> bool:
+        """Each rank diagnoses its own trace where it runs and publishes the (small) result in
+        torchrun's rendezvous store; rank 0 gathers them into ``diagnosis.json``. No shared
+        filesystem is needed and no rank parses another rank's trace. False when there is no
+        store to reach (the caller falls back to the shared run directory)."""
+        store = _torchrun_store()
+        if store is None or session.trace_path is None:
+            return False
+        from torchtriage.diagnosis.diagnose import diagnose
+        from torchtriage.trace.ingest import load_trace
+
+        key = f"torchtriage/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{self.out}/"
+        try:
+            mine = diagnose(load_trace(session.trace_path), device_memory=self.device_memory,
+                            machine=extra.get("machine"))
+            store.set(key + str(self.rank), mine.to_json(indent=0))
+            if self.rank != 0:
+                return True
+            from torchtriage.diagnosis.job import diagnose_job
+            from torchtriage.diagnosis.result import decode_diagnosis
+
+            keys = [key + str(r) for r in range(world_size)]
+            store.wait(keys, _timedelta(WAIT_FOR_RANKS_S))
+            ranks = [decode_diagnosis(store.get(k)) for k in keys]
+            job = diagnose_job(ranks)
+            job.gathered_via = "torchrun store"
+            (self.out / "diagnosis.json").write_text(job.to_json() + "\n")
+            return True
+        except Exception as exc:  # a rank that never arrives, a store that went away
+            print(f"torchtriage: gathering rank diagnoses over the store failed ({exc}); "
+                  "using the run directory", file=sys.stderr)
+            return False
 
     def _write_job_diagnosis(self, world_size: int) -> None:
         """Rank 0: once every rank's record is on disk (or after WAIT_FOR_RANKS_S), diagnose
@@ -285,6 +321,26 @@ class AutoRun:
             "batch_sizes": self.batch_sizes[:64],
             "knobs": self.knob_log,
         }
+
+
+def _timedelta(seconds: float):
+    from datetime import timedelta
+
+    return timedelta(seconds=seconds)
+
+
+def _torchrun_store():
+    """A client of torchrun's rendezvous store (MASTER_ADDR:MASTER_PORT), or None."""
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "")
+    if not addr or not port.isdigit() or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return None
+    try:
+        from torch.distributed import TCPStore
+
+        return TCPStore(addr, int(port), is_master=False, timeout=_timedelta(30),
+                        wait_for_workers=False)
+    except Exception:
+        return None
 
 
 def _batch_size(batch: Any, torch) -> int | None:

@@ -56,6 +56,9 @@ class JobDiagnosis(msgspec.Struct, kw_only=True):
     straggler: Straggler | None = None
     findings: list[Finding] = []
     diagnoses: list[Diagnosis] = []
+    # How rank 0 got the per-rank diagnoses: "torchrun store" (each rank diagnosed its own
+    # trace where it ran) or "run directory" (traces read from a shared directory).
+    gathered_via: str = "run directory"
 
     def to_json(self, *, indent: int = 2) -> str:
         raw = msgspec.json.encode(self)
