@@ -113,3 +113,11 @@ def test_collective_table_from_gloo_ranges(tmp_path):
     (row,) = d.collectives
     assert (row.op, row.source, row.count, row.per_step) == ("all_reduce", "gloo", 4, 1.0)
     assert row.time_ms == pytest.approx(28.0)
+
+
+def test_exposed_and_overlapped_communication():
+    for d in analyze_job(NCCL / "comm_bound").diagnoses:
+        ev = {e.metric: e.value for e in d.layers["communication"].evidence}
+        # NCCL kernel time = exposed (34 %) + hidden behind compute on other streams.
+        assert 0.2 < ev["communication_overlapped"] < 0.8
+        assert ev["communication_share"] > 0.3

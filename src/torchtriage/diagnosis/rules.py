@@ -13,7 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from torchtriage.analysis.breakdown import Breakdown
-from torchtriage.analysis.categories import is_dataloader
+from torchtriage.analysis.categories import (
+    is_communication_kernel,
+    is_dataloader,
+    is_host_communication,
+)
 from torchtriage.analysis.collectives import CollectiveStats
 from torchtriage.analysis.intervals import covers, merge
 from torchtriage.analysis.kernels import KERNEL_CLASSES, DeviceOps
@@ -26,7 +30,7 @@ from torchtriage.analysis.utilization import ClassTime
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID, Remedy
 from torchtriage.diagnosis.result import Evidence, Finding, MachineInfo
-from torchtriage.trace.model import Trace
+from torchtriage.trace.model import HOST_KINDS, EventKind, Trace
 
 
 @dataclass
@@ -439,10 +443,32 @@ def _runs_low_precision(f: Facts) -> bool:
 # --- communication ------------------------------------------------------------------------
 
 
+def _communication_busy_us(f: Facts) -> float:
+    """Time in the analysed steps during which any collective runs: NCCL/RCCL kernels on a GPU
+    trace, gloo/c10d/nccl host ranges (background threads included) on a CPU trace."""
+    ev = f.trace.events
+    if f.gpu:
+        rows = ev.name_mask(is_communication_kernel) & (ev.kind == EventKind.KERNEL)
+    else:
+        rows = ev.name_mask(is_host_communication) & np.isin(ev.kind, HOST_KINDS)
+    rows = np.flatnonzero(rows)
+    if rows.size == 0:
+        return 0.0
+    s, e = merge(ev.ts[rows], ev.end[rows])
+    return float(sum(np.clip(np.minimum(e, we) - np.maximum(s, ws), 0, None).sum()
+                     for ws, we in zip(f.steps.start, f.steps.end, strict=True)))
+
+
 def communication_rule(f: Facts) -> Verdict:
     share = f.share("communication")
     v = Verdict(evidence=[share_evidence("communication_share", share,
                                          th.COMMUNICATION_SIGNIFICANT)])
+    busy = _communication_busy_us(f)
+    if busy > 0:
+        exposed = f.layer_us.get("communication", 0.0)
+        v.evidence.append(Evidence(metric="communication_overlapped", value=round(
+            max(0.0, 1 - exposed / busy), 4), unit="share of communication time hidden "
+            "behind other work"))
     for c in f.collectives[:3]:
         v.evidence.append(Evidence(metric=f"{c.op}_per_step", value=round(c.per_step, 2),
                                    unit="calls"))
