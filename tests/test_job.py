@@ -121,3 +121,21 @@ def test_exposed_and_overlapped_communication():
         # NCCL kernel time = exposed (34 %) + hidden behind compute on other streams.
         assert 0.2 < ev["communication_overlapped"] < 0.8
         assert ev["communication_share"] > 0.3
+
+
+def test_slow_link_and_sharding_findings(shared_traces, tmp_path):
+    (d,) = analyze(shared_traces / "hta" / "nccl_parser_config")
+    slow = [f for f in d.findings if f.id == "communication.slow_link"]
+    assert slow and slow[0].evidence[0].value < 10  # 26 MB all-reduces at ~6.6 GB/s
+    (fast,) = analyze(NCCL / "comm_bound" / "rank0.pt.trace.json.gz")
+    assert "communication.slow_link" not in {f.id for f in fast.findings}  # NVLink: 245 GB/s
+    events = []
+    for n in range(1, 4):
+        base = n * 1_000.0
+        events += [x(f"ProfilerStep#{n}", base, 1_000, cat="user_annotation"),
+                   x("aten::mm", base, 300),
+                   x("gloo:all_gather", base + 300, 300, cat="user_annotation", tid=9),
+                   x("gloo:reduce_scatter", base + 600, 300, cat="user_annotation", tid=9)]
+    write_trace(tmp_path / "fsdp.json", events)
+    (sharded,) = analyze(tmp_path / "fsdp.json")
+    assert "communication.sharded" in {f.id for f in sharded.findings}

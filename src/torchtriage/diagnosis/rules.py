@@ -475,6 +475,26 @@ def communication_rule(f: Facts) -> Verdict:
         if c.busbw_gbps is not None:
             v.evidence.append(Evidence(metric=f"{c.op}_busbw", value=round(c.busbw_gbps, 2),
                                        unit="GB/s", source="nccl-tests bus bandwidth"))
+    slow = [c for c in f.collectives if c.source == "nccl kernel" and c.busbw_gbps is not None
+            and (c.bytes_per_call or 0) >= 16e6 and c.busbw_gbps < th.SLOW_LINK_BUSBW.value]
+    for c in slow:
+        v.findings.append(Finding(
+            id="communication.slow_link", severity="warning", layer="communication",
+            message=f"{c.op} moves {c.bytes_per_call / 1e6:,.0f} MB per call at "
+                    f"{c.busbw_gbps:.1f} GB/s bus bandwidth: far below NVLink or InfiniBand. "
+                    "Check NCCL's transport (NCCL_DEBUG=INFO: NVLink/P2P, IB, or sockets).",
+            evidence=[Evidence(metric=f"{c.op}_busbw", value=round(c.busbw_gbps, 3),
+                               unit="GB/s", threshold=th.SLOW_LINK_BUSBW.value,
+                               comparison="<", fired=True,
+                               source=th.SLOW_LINK_BUSBW.source)]))
+    ops = {c.op.lower().replace("_", "") for c in f.collectives}
+    if any("reducescatter" in o for o in ops):
+        v.findings.append(Finding(
+            id="communication.sharded", severity="info", layer="communication",
+            message="All-gather / reduce-scatter traffic: the model is sharded (FSDP / ZeRO). "
+                    "Fewer, larger shards (coarser wrapping), reshard_after_forward=False for "
+                    "small models, or hybrid sharding within a node cut this traffic; plain DDP "
+                    "communicates less when the model fits on one device."))
     if share < th.COMMUNICATION_SIGNIFICANT.value:
         return v
     v.findings.append(Finding(

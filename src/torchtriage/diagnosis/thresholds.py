@@ -120,6 +120,14 @@ UNFUSED_CHAIN = Threshold(
     "measured on an H200: examples/elementwise_chain.py runs 24.8 pointwise kernels per matrix "
     "kernel in eager mode and 4.1 after torch.compile; 8 sits between",
 )
+SLOW_LINK_BUSBW = Threshold(
+    "slow_link_busbw", 10.0, "GB/s",
+    "NCCL bus bandwidth below which large collectives (>= 16 MB per call) point at the link or "
+    "transport rather than at the job",
+    "nccl-tests reference points: NVLink all-reduce busbw is hundreds of GB/s, InfiniBand "
+    "HDR/NDR 20-50 GB/s per NIC; below 10 GB/s NCCL is likely on TCP sockets or PCIe "
+    "through the host",
+)
 STRAGGLER_COMM_GAP = Threshold(
     "straggler_comm_gap", 0.10, "share of step time",
     "gap between the largest and the smallest exposed-communication share across ranks at "
@@ -167,6 +175,7 @@ ALL: tuple[Threshold, ...] = (
     FP32_MATMUL_SHARE,
     ELEMENTWISE_SHARE,
     UNFUSED_CHAIN,
+    SLOW_LINK_BUSBW,
     STRAGGLER_COMM_GAP,
     STEP_TIME_SKEW,
     CONFIDENCE_HIGH_MARGIN,
