@@ -139,3 +139,13 @@ def test_slow_link_and_sharding_findings(shared_traces, tmp_path):
     write_trace(tmp_path / "fsdp.json", events)
     (sharded,) = analyze(tmp_path / "fsdp.json")
     assert "communication.sharded" in {f.id for f in sharded.findings}
+
+
+def test_rank_from_file_name_when_distributed_info_lacks_it(shared_traces, tmp_path):
+    (d,) = analyze(shared_traces / "hta" / "rank_unavailable")  # distributedInfo has no rank
+    assert d.trace.rank is None
+    events = [x("ProfilerStep#1", 0, 100, cat="user_annotation"), x("aten::mm", 0, 90)]
+    write_trace(tmp_path / "rank-3.json", events)
+    write_trace(tmp_path / "rank-1.json", events)
+    job = analyze_job(tmp_path)
+    assert [r.rank for r in job.ranks] == [1, 3]

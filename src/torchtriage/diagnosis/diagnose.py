@@ -6,6 +6,9 @@ primary layer -> per-layer rules -> confidence -> prescriptions in order -> the 
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 
 from torchtriage import __version__
@@ -114,7 +117,7 @@ def diagnose(
         confidence=confidence,
         trace=r.TraceInfo(
             path=trace.meta.path, mode="gpu" if gpu else "cpu", events=len(trace.events),
-            devices=[d.name for d in trace.meta.devices], rank=trace.meta.rank,
+            devices=[d.name for d in trace.meta.devices], rank=_rank(trace),
             world_size=trace.meta.world_size, step_source=steps.source,
             steps_analyzed=[int(n) for n in steps.numbers],
             steps_excluded={str(k): v for k, v in steps.excluded.items()},
@@ -147,6 +150,17 @@ def diagnose(
             algbw_gbps=_round(c.algbw_gbps, 3), busbw_gbps=_round(c.busbw_gbps, 3))
             for c in facts.collectives],
     )
+
+
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+def _rank(trace: Trace) -> int | None:
+    """The trace's rank: ``distributedInfo.rank``, else a ``rank<N>`` in the file name."""
+    if trace.meta.rank is not None:
+        return trace.meta.rank
+    found = _RANK_IN_NAME.search(Path(trace.meta.path).name)
+    return int(found.group(1)) if found else None
 
 
 def _machine(summary: dict | None) -> r.MachineInfo | None:
