@@ -67,7 +67,9 @@ def collective_table(trace: Trace, steps: StepWindows) -> list[CollectiveStats]:
                   None)
     if source is None:
         return []
-    rows = [r for r in by_source[source] if in_steps(ev.ts[[r]], steps)[0]]
+    candidates = by_source[source]
+    keep = in_steps(ev.ts[candidates], steps)
+    rows = [r for r, k in zip(candidates, keep.tolist(), strict=True) if k]
     groups: dict[str, list[int]] = {}
     for r in rows:
         groups.setdefault(ev.labels[ev.collectives[r][0]], []).append(r)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from torchtriage.analysis.intervals import covers
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import DEVICE_KINDS, EventKind, Trace
 
@@ -82,10 +83,7 @@ def op_nesting(trace: Trace) -> OpNesting:
 
 def in_steps(ts: np.ndarray, steps: StepWindows) -> np.ndarray:
     """Mask of timestamps that fall inside an analysed step."""
-    idx = np.searchsorted(steps.start, ts, side="right") - 1
-    inside = idx >= 0
-    inside[inside] = ts[inside] < steps.end[idx[inside]]
-    return inside
+    return covers(ts, steps.start, steps.end)
 
 
 def top_host_ops(trace: Trace, nesting: OpNesting, steps: StepWindows, limit: int) -> list[OpStat]:

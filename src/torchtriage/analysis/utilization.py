@@ -43,7 +43,7 @@ class KernelTime:
     launched_by: str | None  # the most frequent launching host op
 
 
-def _clipped_union(trace: Trace, rows: np.ndarray, steps: StepWindows) -> float:
+def union_in_steps(trace: Trace, rows: np.ndarray, steps: StepWindows) -> float:
     """Length of the union of the events' intervals, clipped to the step windows."""
     ev = trace.events
     s, e = merge(ev.ts[rows], ev.end[rows])
@@ -56,14 +56,14 @@ def _clipped_union(trace: Trace, rows: np.ndarray, steps: StepWindows) -> float:
 def busy_time(trace: Trace, ops: DeviceOps, steps: StepWindows) -> tuple[float, list[StreamBusy]]:
     """(overall busy µs, per-stream busy) within the analysed steps."""
     ev = trace.events
-    overall = _clipped_union(trace, ops.rows, steps)
+    overall = union_in_steps(trace, ops.rows, steps)
     per_stream = []
     keys = np.stack([ev.device[ops.rows], ev.stream[ops.rows]], axis=1) if ops.rows.size else \
         np.zeros((0, 2), dtype=np.int64)
     for device, stream in sorted({(int(d), int(s)) for d, s in keys}):
         sel = ops.rows[(keys[:, 0] == device) & (keys[:, 1] == stream)]
         per_stream.append(StreamBusy(device=device, stream=stream,
-                                     busy_us=_clipped_union(trace, sel, steps),
+                                     busy_us=union_in_steps(trace, sel, steps),
                                      events=int(sel.size)))
     per_stream.sort(key=lambda s: -s.busy_us)
     return overall, per_stream

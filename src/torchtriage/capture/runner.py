@@ -136,7 +136,7 @@ def diagnose_run_dir(out: Path, traces: list[Path], records: list[dict[str, Any]
     from torchtriage.diagnosis.diagnose import diagnose
     from torchtriage.trace.ingest import load_trace
 
-    oom = any("OutOfMemoryError" in str(r.get("exit_exception", "")) for r in records)
+    oom = any(r.get("oom") for r in records)  # set by the session's is_out_of_memory()
     machine = {r.get("rank", 0): r.get("machine") for r in records}
     diagnoses = [
         diagnose(load_trace(p), device_memory=device_memory, oom=oom, top=top,

@@ -26,7 +26,7 @@ from torchtriage.analysis.memory import DeviceMemory
 from torchtriage.analysis.ops import OpNesting, in_steps
 from torchtriage.analysis.steps import OPTIMIZER_STEP_PREFIX, StepWindows
 from torchtriage.analysis.transfers import SYNC_CALLS, Transfers
-from torchtriage.analysis.utilization import ClassTime
+from torchtriage.analysis.utilization import ClassTime, union_in_steps
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID, Remedy
 from torchtriage.diagnosis.result import Evidence, Finding, MachineInfo
@@ -451,12 +451,7 @@ def _communication_busy_us(f: Facts) -> float:
         rows = ev.name_mask(is_communication_kernel) & (ev.kind == EventKind.KERNEL)
     else:
         rows = ev.name_mask(is_host_communication) & np.isin(ev.kind, HOST_KINDS)
-    rows = np.flatnonzero(rows)
-    if rows.size == 0:
-        return 0.0
-    s, e = merge(ev.ts[rows], ev.end[rows])
-    return float(sum(np.clip(np.minimum(e, we) - np.maximum(s, ws), 0, None).sum()
-                     for ws, we in zip(f.steps.start, f.steps.end, strict=True)))
+    return union_in_steps(f.trace, np.flatnonzero(rows), f.steps)
 
 
 def communication_rule(f: Facts) -> Verdict:

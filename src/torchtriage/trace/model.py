@@ -86,9 +86,12 @@ class EventTable:
     def __len__(self) -> int:
         return int(self.ts.shape[0])
 
-    @property
+    @cached_property
     def end(self) -> np.ndarray:
-        return self.ts + self.dur
+        """ts + dur, computed once (read-only)."""
+        end = self.ts + self.dur
+        end.flags.writeable = False
+        return end
 
     def name_mask(self, predicate: Any) -> np.ndarray:
         """Row mask of events whose name satisfies ``predicate(name) -> bool``.
