@@ -37,3 +37,11 @@ def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip(f"shared traces not found at {SHARED_TRACES}")
     return SHARED_TRACES
+
+
+@pytest.fixture(autouse=True)
+def run_store(tmp_path_factory, monkeypatch) -> Path:
+    """Every test records into its own run store, never the user's (subprocesses inherit it)."""
+    path = tmp_path_factory.mktemp("store") / "runs.sqlite"
+    monkeypatch.setenv("TORCHTRIAGE_STORE", str(path))
+    return path

@@ -26,3 +26,10 @@ def test_classification_benchmark_quick(shared_traces):
     out = _run("classification.py", "--quick")
     assert "| shared/traces/kineto/resnet50_num_workers_0 | data_loading | data_loading |" in out
     assert "accuracy: 7/7" in out
+
+
+def test_ab_noise_benchmark_quick():
+    out = _run("ab_noise.py", "--quick")
+    assert out.startswith("| # | example | knob |")
+    assert "| data_starved | dataloader.num_workers=2 |" in out
+    assert "no-op knob: no_change in" in out

@@ -5,10 +5,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from torchtriage.analysis.categories import CPU_CATEGORIES, GPU_CATEGORIES
 from torchtriage.diagnosis import LAYERS
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import CATALOG
+from torchtriage.documents import DOCUMENTS
+from torchtriage.verify import policy
+from torchtriage.verify.ab import AB_VERDICTS, TRIAL_STATUSES
+from torchtriage.verify.parity import PARITY_STATUSES
+from torchtriage.verify.store import RUN_KINDS
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -43,13 +50,29 @@ def test_architecture_names_every_package_folder():
         assert re.search(rf"\b{folder}/", arch), folder
 
 
-def test_committed_json_schema_matches_the_code():
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_committed_json_schemas_match_the_code(document):
     import json
 
-    from torchtriage.diagnosis.result import json_schema
+    from torchtriage.documents import json_schema
+
+    committed = json.loads((REPO / "docs" / f"{document}.schema.json").read_text())
+    assert committed == json_schema(document), \
+        f"run: torchtriage schema {document} > docs/{document}.schema.json"
+    assert f"docs/{document}.schema.json" in README
+
+
+def test_diagnosis_schema_has_the_core_fields():
+    import json
 
     committed = json.loads((REPO / "docs" / "diagnosis.schema.json").read_text())
-    assert committed == json_schema(), "run: torchtriage schema > docs/diagnosis.schema.json"
     diagnosis = committed["$defs"]["Diagnosis"]
     assert {"primary", "layers", "breakdown"} <= set(diagnosis["required"])
     assert {"schema", "findings", "prescriptions"} <= set(diagnosis["properties"])
+
+
+def test_verification_vocabularies_and_defaults_are_documented():
+    for t in policy.ALL:
+        assert f"`{t.name}`" in README, t.name
+    for word in (*AB_VERDICTS, *TRIAL_STATUSES, *PARITY_STATUSES, *RUN_KINDS):
+        assert f"`{word}`" in README, word

@@ -15,6 +15,8 @@ from torchtriage.api import analyze, analyze_job
 from torchtriage.capture.session import profile
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.errors import TorchtriageError, TraceError
+from torchtriage.verify.ab import run_ab
+from torchtriage.verify.compare import compare
 
 
 def step() -> None:
@@ -30,4 +32,4 @@ def step() -> None:
 
 
 __all__ = ["Diagnosis", "TorchtriageError", "TraceError", "__version__", "analyze",
-           "analyze_job", "profile", "step"]
+           "analyze_job", "compare", "profile", "run_ab", "step"]

@@ -35,6 +35,18 @@ DeviceMemory = Annotated[
 ]
 Top = Annotated[int, typer.Option("--top", min=1, help="Rows in the top-ops tables.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the diagnosis as JSON on stdout.")]
+StorePath = Annotated[
+    Path | None,
+    typer.Option("--store", metavar="PATH",
+                 help="Run store (SQLite) to record into and read from; default "
+                      "$TORCHTRIAGE_STORE, else ~/.local/share/torchtriage/runs.sqlite."),
+]
+MinEffect = Annotated[
+    float,
+    typer.Option("--min-effect", min=0.0, max=1.0, metavar="FRACTION",
+                 help="Smallest speedup that counts: faster/slower only when the whole "
+                      "confidence interval clears 1 +/- this."),
+]
 
 
 def _version(value: bool) -> None:
@@ -121,6 +133,7 @@ def run_script(
     json_out: AsJson = False,
     device_memory: DeviceMemory = None,
     top: Top = 10,
+    store: StorePath = None,
 ) -> None:
     """Profile an unmodified script: torchtriage run [OPTIONS] -- python train.py ARGS
     (or -- torchrun --nproc_per_node=N train.py ARGS)."""
@@ -136,10 +149,19 @@ def run_script(
     knobs = parse_knobs(knob or [])  # refused before the script starts
     capacity = parse_bytes(device_memory) if device_memory is not None else None
     command = python_command(list(ctx.args))
+    runs = _open_store(store, required=False)
+    run_id = runs.start_run("run", command, knobs=knobs, out_dir=out) if runs else None
     result = run_command(command, out, knobs=knobs, max_steps=steps, skip=skip,
                          timeout=timeout, device_memory=capacity, quiet_output=json_out)
     if result.traces:
         write_diagnosis(result, capacity, top)
+    failure = describe_failure(result, timeout)
+    if runs is not None:
+        doc = (msgspec.json.decode((out / "diagnosis.json").read_bytes())
+               if result.diagnoses else None)
+        summary = failure or (f"{doc['primary']} bottleneck ({doc['confidence']} "
+                              "confidence)" if doc else "")
+        runs.finish_run(run_id, "failed" if failure else "done", summary, doc)
     console = Console(stderr=json_out)
     if json_out and result.traces:
         sys.stdout.write((out / "diagnosis.json").read_text())
@@ -154,10 +176,237 @@ def run_script(
     for knob_id, entry in result.knobs.items():
         status = "applied" if entry["applied"] else "not applied"
         console.print(f"knob {knob_id}={entry['value']}: {status} ({entry['detail']})")
-    failure = describe_failure(result, timeout)
     if failure:
         print(f"torchtriage: error: {failure}", file=sys.stderr)
         raise typer.Exit(124 if result.timed_out else 1)
+
+
+def _open_store(path: Path | None, *, required: bool):
+    """The run store; when it was not asked for explicitly and cannot be opened, a one-line
+    warning and no store (profiling must not fail for want of a history)."""
+    from torchtriage.verify.store import ENV, RunStore
+
+    explicit = path is not None or bool(os.environ.get(ENV))
+    try:
+        return RunStore(path)
+    except TorchtriageError as exc:
+        if explicit or required:
+            raise
+        print(f"torchtriage: warning: {exc}; not recording this run", file=sys.stderr)
+        return None
+
+
+def _percent(text: str) -> float:
+    raw = text.strip().removesuffix("%")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise TorchtriageError(f"--fail-on-regression takes a percentage such as 5%, "
+                               f"got {text!r}") from None
+    if not 0 <= value < 100:
+        raise TorchtriageError(f"--fail-on-regression must be between 0% and 100%, got {text}")
+    return value / 100
+
+
+@app.command()
+def compare(
+    a: Annotated[Path, typer.Argument(help="Baseline: trace file, trace directory or run "
+                                      "directory.")],
+    b: Annotated[Path, typer.Argument(help="Candidate, the same kinds.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")]
+    = False,
+    fail_on_regression: Annotated[str | None, typer.Option(
+        "--fail-on-regression", metavar="PCT",
+        help="Exit 1 when B is significantly slower than A by more than PCT (e.g. 5%).")]
+    = None,
+    min_effect: MinEffect = 0.02,
+    device_memory: DeviceMemory = None,
+    store: StorePath = None,
+) -> None:
+    """Compare two profiles: speedup with a confidence interval, where the time went, op and
+    kernel deltas."""
+    from torchtriage.units import parse_bytes
+    from torchtriage.verify.compare import compare as compare_paths
+
+    limit = _percent(fail_on_regression) if fail_on_regression is not None else None
+    capacity = parse_bytes(device_memory) if device_memory is not None else None
+    runs = _open_store(store, required=False)
+    c = compare_paths(a, b, min_effect=min_effect, device_memory=capacity)
+    if runs is not None:
+        c.store_id = runs.start_run("compare", [str(a), str(b)])
+        runs.finish_run(c.store_id, "done", c.headline(), msgspec.to_builtins(c))
+    if json_out:
+        sys.stdout.write(c.to_json() + "\n")
+    else:
+        Console().print(c)
+    if limit is not None and c.ci_high < 1 and 1 / c.speedup - 1 > limit:
+        print(f"torchtriage: regression: B's median step is {1 / c.speedup - 1:.1%} longer "
+              f"than A's (95% CI {1 / c.ci_high - 1:.1%} to {1 / c.ci_low - 1:.1%}), over "
+              f"the {limit:.1%} limit", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+@app.command("ab",
+             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def ab_command(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option("--out", help="Directory for ab.json, trials.jsonl and "
+                                      "the trial logs.")] = Path("torchtriage-ab"),
+    knob: Annotated[list[str] | None, typer.Option("--knob", metavar="ID=VALUE",
+                                                   help="Knob for the candidate arm "
+                                                   "(repeatable). None: an A/A noise "
+                                                   "test.")] = None,
+    candidate: Annotated[str | None, typer.Option(
+        "--candidate", metavar="COMMAND",
+        help="The candidate's own command (a hand-written fix), quoted.")] = None,
+    trials: Annotated[int, typer.Option("--trials", min=2, help="Processes per arm.")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", min=2, help="Steps before measuring "
+                                        "(at least 5 with compile.mode).")] = 3,
+    steps: Annotated[int, typer.Option("--steps", min=3, help="Measured steps per trial.")]
+    = 10,
+    timeout: Annotated[float | None, typer.Option("--timeout", min=1, help="Seconds per "
+                                                  "trial.")] = None,
+    min_effect: MinEffect = 0.02,
+    json_out: Annotated[bool, typer.Option("--json", help="Print ab.json on stdout, no "
+                                           "progress.")] = False,
+    store: StorePath = None,
+) -> None:
+    """A/B-test knobs on an unmodified script: torchtriage ab --knob ID=VALUE -- python
+    train.py ARGS. Interleaved trials, bootstrap CI, loss parity."""
+    import shlex
+
+    from torchtriage.capture.knobs import parse_knobs
+    from torchtriage.capture.runner import python_command
+    from torchtriage.verify.ab import run_ab
+
+    knobs = parse_knobs(knob or [])
+    command = python_command(list(ctx.args))
+    if not command:
+        raise TorchtriageError("no command to run: put it after --, e.g. "
+                               "torchtriage ab --knob dataloader.num_workers=4 -- python "
+                               "train.py")
+    cand = python_command(shlex.split(candidate)) if candidate else None
+    if candidate is not None and not cand:
+        raise TorchtriageError("--candidate is empty")
+    runs = _open_store(store, required=False)
+    console = Console(stderr=True)
+    if not knobs and not cand and not json_out:
+        console.print("[dim]no --knob and no --candidate: an A/A run (both arms identical) "
+                      "that measures the noise[/dim]")
+    with _TrialProgress(console, enabled=not json_out) as progress:
+        result = run_ab(command, out, knobs=knobs, candidate=cand, trials=trials,
+                        warmup=warmup, steps=steps, timeout=timeout, min_effect=min_effect,
+                        store=runs, progress=progress)
+    if json_out:
+        sys.stdout.write(result.to_json() + "\n")
+    else:
+        Console().print(result)
+    if result.verdict == "failed":
+        print(f"torchtriage: error: {result.summary}", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+class _TrialProgress:
+    """A one-line live display of the trial being run: what, k of n, elapsed."""
+
+    def __init__(self, console: Console, *, enabled: bool) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                                 transient=True, disable=not enabled)
+        self.console = console
+        self.enabled = enabled
+        self.task = None
+
+    def __enter__(self) -> _TrialProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def __call__(self, label: str, k: int, n: int, trial) -> None:
+        if self.task is None:
+            self.task = self.progress.add_task("", total=n)
+        if trial is None:
+            self.progress.update(self.task, description=f"trial {k}/{n}: {label}")
+            return
+        self.progress.update(self.task, completed=k)
+        if self.enabled:
+            what = (f"{trial.mean_step_ms:.1f} ms/step" if trial.status == "ok"
+                    else f"{trial.status}: {trial.error}")
+            self.console.print(f"[dim]trial {k}/{n} {trial.arm}{trial.idx}: {what}[/dim]",
+                               highlight=False, markup=True)
+
+
+@app.command()
+def history(
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Most recent runs to list.")]
+    = 20,
+    kind: Annotated[str | None, typer.Option("--kind", help="Only runs of this kind: run, ab, "
+                                             "compare, fix.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
+    store: StorePath = None,
+) -> None:
+    """List recorded runs, A/B experiments and comparisons (newest first)."""
+    from torchtriage.report.verify_view import history_table
+    from torchtriage.verify.store import RUN_KINDS
+
+    if kind is not None and kind not in RUN_KINDS:
+        raise TorchtriageError(f"--kind takes one of {', '.join(RUN_KINDS)}, got {kind!r}")
+    rows = _open_store(store, required=True).runs(limit=limit, kind=kind)
+    if json_out:
+        doc = [{"id": r.id, "kind": r.kind, "created": r.created, "finished": r.finished,
+                "status": r.status, "command": r.command, "knobs": r.knobs,
+                "out_dir": r.out_dir, "summary": r.summary} for r in rows]
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc)).decode() + "\n")
+        return
+    if not rows:
+        typer.echo("no runs recorded yet")
+        return
+    Console().print(history_table(rows))
+
+
+@app.command()
+def show(
+    run_id: Annotated[int, typer.Argument(metavar="ID", help="Run id from `torchtriage "
+                                          "history`.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the stored result as "
+                                           "JSON.")] = False,
+    store: StorePath = None,
+) -> None:
+    """Show a recorded result again: an A/B verdict, a comparison, a run's diagnosis."""
+    runs = _open_store(store, required=True)
+    row = runs.run(run_id)
+    if row.result is None:
+        trials = runs.trials(run_id)
+        raise TorchtriageError(f"run {run_id} ({row.kind}) is {row.status} and has no result; "
+                               f"{len(trials)} completed trial(s) are stored"
+                               + (f", the trials are in {row.out_dir}" if row.out_dir else ""))
+    if json_out:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(row.result)).decode() + "\n")
+        return
+    Console().print(_stored_renderable(row.result))
+
+
+def _stored_renderable(doc: dict):
+    from torchtriage.diagnosis.job import JobDiagnosis
+    from torchtriage.documents import decode_document
+    from torchtriage.report.terminal import job_renderable
+
+    result = decode_document(doc)
+    if isinstance(result, JobDiagnosis):
+        from rich.console import Group
+
+        return Group(*result.diagnoses, job_renderable(result))
+    return result
 
 
 @app.command()
@@ -171,11 +420,17 @@ def knobs() -> None:
 
 
 @app.command()
-def schema() -> None:
-    """Print the JSON Schema of `analyze --json` / diagnosis.json."""
-    from torchtriage.diagnosis.result import json_schema
+def schema(
+    document: Annotated[str, typer.Argument(
+        metavar="[DOCUMENT]",
+        help="diagnosis (analyze --json, diagnosis.json), job (several ranks), compare "
+             "(compare --json) or ab (ab.json).")] = "diagnosis",
+) -> None:
+    """Print the JSON Schema of one of torchtriage's JSON documents."""
+    from torchtriage.documents import json_schema
 
-    sys.stdout.write(msgspec.json.format(msgspec.json.encode(json_schema())).decode() + "\n")
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(json_schema(document))).decode()
+                     + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,10 @@ session, so launcher processes such as ``torchrun`` itself are left alone.
 - **Losses** are the scalar tensors passed to ``backward()``, kept detached and read once at the
   end (no sync per step). **Batch sizes** come from the first tensor each DataLoader yields.
 - ``max_steps`` stops the script cleanly (``SystemExit``) once that many steps ran.
+- **Timing mode** (``"mode": "time"``, used by A/B trials): no profiler at all. Step boundaries
+  are host clocks; when CUDA is in use the device is synchronised at exactly two boundaries,
+  the end of warm-up and the last step, so the measured window's wall time is exact while the
+  steps inside it keep their normal CPU/GPU overlap.
 """
 
 from __future__ import annotations
@@ -65,6 +69,9 @@ class AutoRun:
                          (("wait", 1), ("warmup", 2), ("active", 5))}
         self.knobs: dict[str, Any] = dict(config.get("knobs", {}))
         self.device_memory = config.get("device_memory")
+        self.timing = config.get("mode") == "time"
+        self.warmup = int(config.get("timing_warmup", 0))  # timing mode only
+        self.started = time.perf_counter()
         self.rank = rank()
         self.steps = 0
         self.manual = False
@@ -158,7 +165,7 @@ class AutoRun:
             self.sampler = None
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if not self._sampling_tried and not self.finished:
+        if not self._sampling_tried and not self.finished and not self.timing:
             self._start_sampling()
         # The next backward / batch belongs to the next iteration, even before the boundary of
         # the first iteration is known.
@@ -181,7 +188,7 @@ class AutoRun:
     def manual_step(self) -> None:
         """``torchtriage.step()``: the script marks its own steps; optimizer hooks are ignored."""
         self.manual = True
-        if not self._sampling_tried and not self.finished:
+        if not self._sampling_tried and not self.finished and not self.timing:
             self._start_sampling()
         self.boundary()
 
@@ -191,13 +198,16 @@ class AutoRun:
             if self.finished:
                 return
             self.steps += 1
+            if self.timing and self.steps in (self.warmup, self.max_steps):
+                _synchronize_device()
             self.step_ends.append(time.perf_counter())
             if self.manual:
                 self._loss_this_step = self._batch_this_step = False
-            if self.session is None and self.steps >= self.skip:
-                self._start_session()
-            elif self.session is not None:
-                self.session.step()
+            if not self.timing:
+                if self.session is None and self.steps >= self.skip:
+                    self._start_session()
+                elif self.session is not None:
+                    self.session.step()
         if self.max_steps and self.steps >= self.max_steps:
             self.finish()
             raise SystemExit(0)
@@ -242,9 +252,10 @@ class AutoRun:
                 self._write_job_diagnosis(world_size)
         elif self.steps:
             self.out.mkdir(parents=True, exist_ok=True)
+            error = (None if self.timing
+                     else f"{self.steps} step(s) ran, fewer than --skip {self.skip}")
             record = {"schema": "torchtriage.run/1", "argv": sys.argv, "trace": None,
-                      "error": f"{self.steps} step(s) ran, fewer than --skip {self.skip}",
-                      **extra}
+                      "error": error, **extra}
             (self.out / f"run.rank{self.rank}.json").write_text(json.dumps(record, indent=2))
         # A process that never trained (a launcher such as torchrun's agent, a helper
         # process) writes nothing: it must not overwrite the record of the rank it shares a
@@ -320,7 +331,50 @@ class AutoRun:
             "losses": losses,
             "batch_sizes": self.batch_sizes[:64],
             "knobs": self.knob_log,
+            "mode": "time" if self.timing else "profile",
+            # seconds from the bootstrap's start (before the script's imports) to each of the
+            # first step's end and the warm-up's end: start-up cost such as compilation
+            "first_step_s": round(self.step_ends[0] - self.started, 4) if self.step_ends
+            else None,
+            "warmup_end_s": round(self.step_ends[self.warmup - 1] - self.started, 4)
+            if 0 < self.warmup <= len(self.step_ends) else None,
+            "compile": _compile_summary(),
         }
+
+
+def _synchronize_device() -> None:
+    """Wait for queued device work, when the script uses CUDA (never initialises it)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def _compile_summary() -> dict[str, Any] | None:
+    """What torch.compile did in this process (None when dynamo never compiled anything)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return None
+    try:
+        counters = utils.counters
+        frames = int(counters["frames"].get("total", 0))
+        if not frames:
+            return None
+        seconds = sum(m.entire_frame_compile_time_s or 0.0
+                      for m in utils.get_compilation_metrics())
+        seconds += sum(utils.compilation_time_metrics.get(
+            "compile_fx.<locals>.bw_compiler", []))
+        breaks = counters["graph_break"]
+        return {
+            "seconds": round(seconds, 3),
+            "frames": frames,
+            "unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
+            "graph_breaks": int(sum(breaks.values())),
+            "graph_break_reasons": [str(k)[:200] for k, _ in breaks.most_common(5)],
+            "recompiles": int(counters["recompiles"].total())
+            if "recompiles" in counters else 0,
+        }
+    except Exception:  # private API: its shape changes between releases
+        return None
 
 
 def _timedelta(seconds: float):

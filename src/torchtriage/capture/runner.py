@@ -59,9 +59,19 @@ def run_command(
     timeout: float | None = None,
     device_memory: int | None = None,
     quiet_output: bool = False,
+    mode: str = "profile",
+    warmup: int = 0,
+    log: Path | None = None,
 ) -> RunResult:
     """Run ``command`` under the bootstrap; return what it recorded (never raises for the
-    command's own failures: the caller reports them)."""
+    command's own failures: the caller reports them).
+
+    Args:
+        mode: ``"profile"`` (torch.profiler with the seed schedule after ``skip`` steps) or
+            ``"time"`` (no profiler: step times only, for A/B trials; ``warmup`` steps before
+            the measured window, see :mod:`torchtriage.capture.autorun`).
+        log: send the command's stdout and stderr to this file instead of the terminal.
+    """
     if not command:
         raise TorchtriageError("no command to run: put it after --, e.g. "
                                "torchtriage run -- python train.py")
@@ -69,30 +79,40 @@ def run_command(
     for stale in [*out.glob("run.rank*.json"), *_trace_files(out), out / "diagnosis.json"]:
         stale.unlink(missing_ok=True)
     config = {"out": str(out.resolve()), "knobs": knobs or {}, "max_steps": max_steps,
-              "skip": skip, "device_memory": device_memory}
+              "skip": skip, "device_memory": device_memory, "mode": mode, "timing_warmup": warmup}
     env = dict(os.environ)
     env["TORCHTRIAGE_RUN"] = json.dumps(config)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(BOOTSTRAP), str(_PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    try:
-        proc = subprocess.Popen(command, env=env, start_new_session=True,
-                                stdout=subprocess.DEVNULL if quiet_output else None)
-    except FileNotFoundError:
-        raise TorchtriageError(f"command not found: {command[0]}") from None
-    except PermissionError:
-        raise TorchtriageError(f"command not executable: {command[0]}") from None
-    timed_out = False
-    try:
-        returncode = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        returncode = _stop(proc)
-    except KeyboardInterrupt:
-        _stop(proc)
-        raise
+    stdout = stderr = None
+    with contextlib.ExitStack() as files:
+        if log is not None:
+            stdout = stderr = files.enter_context(open(log, "wb"))
+        elif quiet_output:
+            stdout = subprocess.DEVNULL
+        try:
+            proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=stdout,
+                                    stderr=stderr)
+        except FileNotFoundError:
+            raise TorchtriageError(f"command not found: {command[0]}") from None
+        except PermissionError:
+            raise TorchtriageError(f"command not executable: {command[0]}") from None
+        returncode, timed_out = _wait(proc, timeout)
     traces, records = rank_files(out)
     return RunResult(out=out, returncode=returncode, timed_out=timed_out, traces=traces,
                      records=records)
+
+
+def _wait(proc: subprocess.Popen, timeout: float | None) -> tuple[int, bool]:
+    """Wait for the command (stopping it after ``timeout``): its exit status, and whether it
+    timed out."""
+    try:
+        return proc.wait(timeout=timeout), False
+    except subprocess.TimeoutExpired:
+        return _stop(proc), True
+    except KeyboardInterrupt:
+        _stop(proc)
+        raise
 
 
 def _stop(proc: subprocess.Popen) -> int:

@@ -22,6 +22,7 @@ import msgspec
 from torchtriage import __version__
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.result import Diagnosis, Evidence, Finding
+from torchtriage.documents import JsonDocument
 
 JOB_SCHEMA = "torchtriage.job/1"
 _CAUSE_LAYERS = ("data_loading", "host", "kernel")
@@ -42,7 +43,7 @@ class Straggler(msgspec.Struct, kw_only=True):
     evidence: list[Evidence] = []
 
 
-class JobDiagnosis(msgspec.Struct, kw_only=True):
+class JobDiagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     """What holds the whole job back, with every rank's diagnosis."""
 
     schema: str = JOB_SCHEMA
@@ -59,10 +60,6 @@ class JobDiagnosis(msgspec.Struct, kw_only=True):
     # How rank 0 got the per-rank diagnoses: "torchrun store" (each rank diagnosed its own
     # trace where it ran) or "run directory" (traces read from a shared directory).
     gathered_via: str = "run directory"
-
-    def to_json(self, *, indent: int = 2) -> str:
-        raw = msgspec.json.encode(self)
-        return msgspec.json.format(raw, indent=indent).decode() if indent else raw.decode()
 
 
 def _rank(d: Diagnosis, index: int) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import msgspec
 
+from torchtriage.documents import JsonDocument
+
 SCHEMA = "torchtriage.diagnosis/1"
 
 
@@ -242,7 +244,7 @@ class CaptureInfo(msgspec.Struct, kw_only=True):
     oom: bool = False
 
 
-class Diagnosis(msgspec.Struct, kw_only=True):
+class Diagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     """What is slow, with evidence, and what to fix first."""
 
     schema: str = SCHEMA
@@ -264,14 +266,6 @@ class Diagnosis(msgspec.Struct, kw_only=True):
     collectives: list[CollectiveRow] = []
     capture: CaptureInfo | None = None
 
-    def to_json(self, *, indent: int = 2) -> str:
-        """The diagnosis as JSON text (schema :data:`SCHEMA`)."""
-        raw = msgspec.json.encode(self)
-        return msgspec.json.format(raw, indent=indent).decode() if indent else raw.decode()
-
-    def to_dict(self) -> dict:
-        return msgspec.to_builtins(self)
-
     def render_text(self, *, width: int = 110) -> str:
         """The terminal report as plain text."""
         from torchtriage.report.terminal import render_to_text
@@ -282,13 +276,6 @@ class Diagnosis(msgspec.Struct, kw_only=True):
         from torchtriage.report.terminal import renderable
 
         return renderable(self)
-
-
-def json_schema() -> dict:
-    """The JSON Schema of the diagnosis document (committed as docs/diagnosis.schema.json)."""
-    schema = msgspec.json.schema(Diagnosis)
-    schema["$id"] = SCHEMA
-    return schema
 
 
 def decode_diagnosis(data: bytes | str) -> Diagnosis:

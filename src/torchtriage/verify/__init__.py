@@ -1,0 +1,1 @@
+"""Verify: A/B trials, statistics, loss parity, trace comparison and the run store."""

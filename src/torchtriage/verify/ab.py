@@ -1,0 +1,370 @@
+"""``torchtriage ab``: does a knob make this script faster, and does it keep its results?
+
+Baseline (A: the command as written) and candidate (B: the same command with the knobs, or a
+second command) run as separate processes, interleaved in ABBA order (A B B A A B ...), so that
+slow drift of the machine (thermals, other jobs) falls on both arms alike. Each trial runs in the
+bootstrap's timing mode: no profiler; ``warmup`` steps, then ``steps`` measured steps; the
+process is stopped after them. Every trial is written to the run store and to
+``DIR/trials.jsonl`` when it ends, so nothing completed is lost if the harness is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from torchtriage import __version__
+from torchtriage.capture.runner import run_command
+from torchtriage.documents import JsonDocument
+from torchtriage.errors import TorchtriageError
+from torchtriage.verify import policy
+from torchtriage.verify.parity import Parity, check_parity
+from torchtriage.verify.stats import speedup_interval, verdict
+
+SCHEMA = "torchtriage.ab/1"
+AB_VERDICTS = ("faster", "slower", "no_change", "changes_results", "failed")
+TRIAL_STATUSES = ("ok", "failed", "timeout", "oom", "too_few_steps")
+MIN_MEASURED_STEPS = 3
+# The first step boundary is only known once the optimizer cycle repeats (step 2), so the
+# first step has no duration of its own: at least two warm-up steps.
+MIN_WARMUP = 2
+NOTABLE_STARTUP_S = 1.0  # extra start-up worth a sentence in the summary
+COMPILE_WARMUP = 5  # compile.mode compiles on the root module's 2nd call; CUDA graphs record later
+
+
+class Trial(msgspec.Struct, kw_only=True):
+    arm: str  # "A" (baseline) | "B" (candidate)
+    idx: int  # 1-based within the arm
+    status: str  # one of TRIAL_STATUSES
+    returncode: int | None
+    wall_s: float  # the whole process, start-up included
+    step_ms: list[float] = []  # measured steps (slowest rank per step)
+    mean_step_ms: float | None = None  # the measured window's wall time over its steps
+    steps_per_s: float | None = None
+    losses: list[float] = []  # from the first step
+    warmup_end_s: float | None = None  # process start to the end of warm-up
+    compile: dict[str, Any] | None = None  # what torch.compile did (seconds, graph breaks, ...)
+    batch_size: int | None = None
+    error: str | None = None
+    dir: str = ""
+
+
+class Arm(msgspec.Struct, kw_only=True):
+    label: str
+    command: list[str]
+    knobs: dict[str, Any]
+    trials_ok: int
+    mean_step_ms: float | None = None  # mean over trials of each trial's mean step time
+    steps_per_s: float | None = None  # median over trials of each trial's throughput
+    samples_per_s: float | None = None
+    warmup_end_s: float | None = None
+
+
+class Startup(msgspec.Struct, kw_only=True):
+    """One-off cost of the candidate (compilation, autotuning, worker start-up)."""
+
+    extra_s: float  # B's median time to the end of warm-up minus A's
+    compile_s: float | None = None  # what torch.compile itself reported, when it ran
+    break_even_steps: int | None = None  # steps until the per-step saving pays extra_s back
+
+
+class KnobOutcome(msgspec.Struct, kw_only=True):
+    value: Any
+    applied: bool
+    detail: str
+
+
+class ABResult(JsonDocument, msgspec.Struct, kw_only=True):
+    schema: str = SCHEMA
+    tool_version: str = __version__
+    summary: str
+    verdict: str  # one of AB_VERDICTS: the answer (a fix that changes results is no win)
+    speed_verdict: str | None  # faster | slower | no_change, from the interval alone
+    speedup: float | None  # A's mean step time over B's (B's throughput over A's)
+    ci_low: float | None
+    ci_high: float | None
+    confidence: float
+    min_effect: float
+    parity: Parity
+    a: Arm
+    b: Arm
+    startup: Startup | None
+    knobs: dict[str, KnobOutcome]  # what each candidate knob did (from B's trials)
+    trials_per_arm: int
+    warmup: int
+    steps: int
+    trials: list[Trial]
+    out: str
+    store_id: int | None = None
+
+    def headline(self) -> str:
+        """One line for ``torchtriage history``."""
+        if self.speedup is None:
+            return self.summary
+        return (f"{self.verdict} {self.speedup:.2f}x [{self.ci_low:.2f}-{self.ci_high:.2f}], "
+                f"parity {self.parity.status}")
+
+    def __rich__(self):  # pragma: no cover - exercised through render_to_text
+        from torchtriage.report.verify_view import ab_renderable
+
+        return ab_renderable(self)
+
+
+def decode_ab(data: bytes | str) -> ABResult:
+    return msgspec.json.decode(data, type=ABResult)
+
+
+ProgressFn = Callable[[str, int, int, Trial | None], None]
+
+
+def run_ab(
+    command: list[str],
+    out: Path,
+    *,
+    knobs: dict[str, Any] | None = None,
+    candidate: list[str] | None = None,
+    trials: int = 5,
+    warmup: int = 3,
+    steps: int = 10,
+    timeout: float | None = None,
+    min_effect: float = policy.MIN_EFFECT.value,
+    store=None,
+    progress: ProgressFn | None = None,
+) -> ABResult:
+    """Run the A/B experiment described in the module docstring.
+
+    Args:
+        command: the baseline command (``python train.py ARGS``); arm A.
+        knobs: applied to arm B (``{"dataloader.num_workers": 2}``).
+        candidate: arm B's command, when it differs from ``command`` (a hand-written fix).
+        trials: processes per arm. warmup/steps: steps before / inside the measured window.
+        timeout: seconds per trial; a trial past it is stopped and recorded as ``timeout``.
+        store: a :class:`~torchtriage.verify.store.RunStore` to record into, or None.
+        progress: called before each trial (``label, k, n, None``) and after (with the trial).
+
+    Raises:
+        TorchtriageError: bad settings, or the baseline failed (the trials are kept).
+    """
+    knobs = dict(knobs or {})
+    if trials < 2:
+        raise TorchtriageError("--trials must be at least 2 per arm for a confidence interval")
+    if warmup < MIN_WARMUP or steps < MIN_MEASURED_STEPS:
+        raise TorchtriageError(f"--warmup must be >= {MIN_WARMUP} and --steps >= "
+                               f"{MIN_MEASURED_STEPS}")
+    if knobs.get("compile.mode", "none") != "none":
+        warmup = max(warmup, COMPILE_WARMUP)
+    command_b = candidate or command
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "trials.jsonl").unlink(missing_ok=True)
+    store_id = store.start_run("ab", command, knobs=knobs, out_dir=out) if store else None
+    arms = {"A": (command, {}), "B": (command_b, knobs)}
+    done: list[Trial] = []
+    stopped: dict[str, str] = {}  # arm -> why it gets no more trials
+    order = [arm for i in range(trials) for arm in (("A", "B") if i % 2 == 0 else ("B", "A"))]
+    counters = {"A": 0, "B": 0}
+    try:
+        for k, arm in enumerate(order, 1):
+            if arm in stopped:
+                continue
+            counters[arm] += 1
+            label = _label(arm, knobs, candidate)
+            if progress:
+                progress(label, k, len(order), None)
+            trial = _run_trial(arm, counters[arm], *arms[arm], out, warmup, steps, timeout)
+            done.append(trial)
+            with open(out / "trials.jsonl", "ab") as f:
+                f.write(msgspec.json.encode(trial) + b"\n")
+            if store:
+                store.add_trial(store_id, arm, trial.idx, trial.status,
+                                time.time() - trial.wall_s, msgspec.to_builtins(trial))
+            if progress:
+                progress(label, k, len(order), trial)
+            if trial.status != "ok" and all(t.status != "ok" for t in done if t.arm == arm):
+                stopped[arm] = trial.error or trial.status  # fails from the start: it will again
+            if "A" in stopped:
+                break
+    except KeyboardInterrupt:
+        if store:
+            store.finish_run(store_id, "failed", "interrupted by the user")
+        raise
+    result = _result(done, arms, knobs, candidate, trials, warmup, steps, min_effect, out)
+    result.store_id = store_id
+    (out / "ab.json").write_text(result.to_json() + "\n")
+    if store:
+        store.finish_run(store_id, "failed" if result.verdict == "failed" else "done",
+                         result.headline(), msgspec.to_builtins(result))
+    if "A" in stopped:
+        raise TorchtriageError(f"the baseline failed, so nothing was compared: {stopped['A']} "
+                               f"(trial logs in {out / 'trials'})", )
+    return result
+
+
+def _label(arm: str, knobs: dict[str, Any], candidate: list[str] | None) -> str:
+    if arm == "A":
+        return "A baseline"
+    if candidate:
+        return "B candidate command"
+    return "B " + (" ".join(f"{k}={v}" for k, v in knobs.items()) or "(same as A)")
+
+
+def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], out: Path,
+               warmup: int, steps: int, timeout: float | None) -> Trial:
+    trial_dir = out / "trials" / f"{arm}{idx}"
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    result = run_command(command, trial_dir, knobs=knobs, max_steps=warmup + steps,
+                         timeout=timeout, mode="time", warmup=warmup,
+                         log=trial_dir / "output.log")
+    wall = round(time.perf_counter() - start, 3)
+    base = {"arm": arm, "idx": idx, "returncode": result.returncode, "wall_s": wall,
+            "dir": str(trial_dir)}
+    records = result.records
+    if result.timed_out:
+        return Trial(status="timeout", error=f"ran past the {timeout:g}s trial timeout", **base)
+    exits = [r.get("exit_exception") or "" for r in records]
+    if any("OutOfMemoryError" in e or "out of memory" in e for e in exits):
+        return Trial(status="oom", error=next(e for e in exits if e), **base)
+    if result.returncode != 0:
+        return Trial(status="failed", error=_failure(result.returncode, exits, trial_dir),
+                     **base)
+    per_rank = [r.get("host_step_ms") or [] for r in records]
+    measured = [t[warmup - 1:] for t in per_rank]  # interval i is step i + 2
+    n = min((len(t) for t in measured), default=0)
+    if n < MIN_MEASURED_STEPS:
+        detected = max((r.get("steps_detected", 0) for r in records), default=0)
+        why = ("no training step detected (no optimizer.step() and no torchtriage.step())"
+               if not detected else f"the script ran {detected} step(s); a trial needs "
+               f"{warmup} warm-up + at least {MIN_MEASURED_STEPS} measured")
+        return Trial(status="too_few_steps", error=why, **base)
+    step_ms = [round(max(t[i] for t in measured), 3) for i in range(n)]
+    mean_ms = statistics.fmean(step_ms)
+    rank0 = next((r for r in records if r.get("rank", 0) == 0), records[0])
+    return Trial(
+        status="ok", step_ms=step_ms, mean_step_ms=round(mean_ms, 3),
+        steps_per_s=round(1e3 / mean_ms, 3),
+        losses=[x["loss"] for x in rank0.get("losses", [])],
+        warmup_end_s=rank0.get("warmup_end_s"), compile=rank0.get("compile"),
+        batch_size=statistics.median(rank0["batch_sizes"]) if rank0.get("batch_sizes")
+        else None,
+        **base)
+
+
+def _failure(returncode: int, exits: list[str], trial_dir: Path) -> str:
+    how = (f"killed by signal {-returncode}" if returncode < 0
+           else f"exited with code {returncode}")
+    said = next((e for e in exits if e), None) or _last_line(trial_dir / "output.log")
+    return f"{how}: {said}" if said else how
+
+
+def _last_line(log: Path) -> str | None:
+    try:
+        lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return None
+    return lines[-1].strip()[:300] if lines else None
+
+
+def _arm(label: str, command: list[str], knobs: dict[str, Any], trials: list[Trial]) -> Arm:
+    ok = [t for t in trials if t.status == "ok"]
+    if not ok:
+        return Arm(label=label, command=command, knobs=knobs, trials_ok=0)
+    mean_ms = statistics.fmean(t.mean_step_ms for t in ok)
+    throughput = statistics.median(t.steps_per_s for t in ok)
+    batch = [t.batch_size for t in ok if t.batch_size]
+    warm = [t.warmup_end_s for t in ok if t.warmup_end_s is not None]
+    return Arm(label=label, command=command, knobs=knobs, trials_ok=len(ok),
+               mean_step_ms=round(mean_ms, 3), steps_per_s=round(throughput, 3),
+               samples_per_s=round(statistics.median(batch) * throughput, 2)
+               if batch else None,
+               warmup_end_s=round(statistics.median(warm), 3) if warm else None)
+
+
+def _result(done: list[Trial], arms, knobs, candidate, trials, warmup, steps, min_effect,
+            out: Path) -> ABResult:
+    a_trials = [t for t in done if t.arm == "A"]
+    b_trials = [t for t in done if t.arm == "B"]
+    a = _arm("baseline", arms["A"][0], {}, a_trials)
+    b = _arm("candidate", arms["B"][0], knobs, b_trials)
+    a_ok = [t for t in a_trials if t.status == "ok"]
+    b_ok = [t for t in b_trials if t.status == "ok"]
+    outcomes = _knob_outcomes(b_trials)
+    parity = check_parity([t.losses for t in a_ok], [t.losses for t in b_ok], knobs)
+    if not a_ok or not b_ok:
+        parity.detail = "an arm completed no trial"
+    common = dict(confidence=policy.CONFIDENCE.value, min_effect=min_effect, parity=parity,
+                  a=a, b=b, knobs=outcomes, trials_per_arm=trials, warmup=warmup,
+                  steps=steps, trials=done, out=str(out))
+    if not a_ok or not b_ok:
+        failed = b_trials if a_ok else a_trials
+        why = next((t.error for t in failed if t.error), "no trial ran")
+        who = "the candidate" if a_ok else "the baseline"
+        return ABResult(summary=f"failed: {who} did not complete a trial ({why}).",
+                        verdict="failed", speed_verdict=None, speedup=None, ci_low=None,
+                        ci_high=None, startup=None, **common)
+    s = speedup_interval([t.step_ms for t in a_ok], [t.step_ms for t in b_ok],
+                         statistic="mean")
+    speed = verdict(s, min_effect)
+    final = "changes_results" if parity.status == "fail" else speed
+    startup = _startup(a, b, b_ok, s.a_ms, s.b_ms)
+    result = ABResult(summary="", verdict=final, speed_verdict=speed,
+                      speedup=round(s.speedup, 4), ci_low=round(s.ci_low, 4),
+                      ci_high=round(s.ci_high, 4), startup=startup, **common)
+    result.summary = _summary(result)
+    return result
+
+
+def _knob_outcomes(trials: list[Trial]) -> dict[str, KnobOutcome]:
+    out: dict[str, KnobOutcome] = {}
+    for t in trials:
+        for path in sorted(Path(t.dir).glob("run.rank*.json")):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            for knob, e in (record.get("knobs") or {}).items():
+                if knob not in out or (e["applied"] and not out[knob].applied):
+                    out[knob] = KnobOutcome(value=e["value"], applied=e["applied"],
+                                            detail=e["detail"])
+    return out
+
+
+def _startup(a: Arm, b: Arm, b_ok: list[Trial], a_ms: float, b_ms: float) -> Startup | None:
+    if a.warmup_end_s is None or b.warmup_end_s is None:
+        return None
+    extra = round(b.warmup_end_s - a.warmup_end_s, 3)
+    compiled = [t.compile["seconds"] for t in b_ok if t.compile]
+    saving_s = (a_ms - b_ms) / 1e3
+    break_even = (int(-(-extra // saving_s)) if extra > 0 and saving_s > 0 else None)
+    return Startup(extra_s=extra,
+                   compile_s=round(statistics.median(compiled), 3) if compiled else None,
+                   break_even_steps=break_even)
+
+
+def _summary(r: ABResult) -> str:
+    assert r.speedup is not None and r.ci_low is not None and r.ci_high is not None
+    interval = f"{r.confidence:.0%} CI {r.ci_low:.2f}-{r.ci_high:.2f}x"
+    steps = f"mean step {r.a.mean_step_ms:.1f} -> {r.b.mean_step_ms:.1f} ms"
+    words = {
+        "faster": f"faster: {r.speedup:.2f}x ({interval}); {steps}",
+        "slower": f"slower: {r.speedup:.2f}x ({interval}); {steps}",
+        "no_change": f"no change: {r.speedup:.2f}x ({interval}, not clear of "
+                     f"{r.min_effect:.0%}); {steps}",
+        "changes_results": f"changes results: losses deviate {r.parity.max_deviation:.2g} "
+                           f"(tolerance {r.parity.tolerance:.2g}); speed {r.speedup:.2f}x "
+                           f"({interval}) is not a win",
+    }
+    text = words[r.verdict] + "."
+    not_applied = [k for k, o in r.knobs.items() if not o.applied]
+    if not_applied:
+        text += f" Not applied: {', '.join(not_applied)}."
+    if r.startup and r.startup.break_even_steps and (r.startup.extra_s >= NOTABLE_STARTUP_S
+                                                     or r.startup.compile_s):
+        text += (f" Start-up costs {r.startup.extra_s:.1f} s more, paid back after "
+                 f"{r.startup.break_even_steps} steps.")
+    return text

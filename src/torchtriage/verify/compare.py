@@ -1,0 +1,252 @@
+"""``torchtriage compare A B``: what changed between two profiles, and whether it is real.
+
+Each side is a trace file, a directory of rank traces, or a run directory. Step times come from
+the analysed steps of the traces (for several ranks, the slowest rank at each step, since a
+synchronous job moves at its pace); the speedup is A's median step time over B's with a
+bootstrap interval over steps. Per-category deltas say where the time went: the mean exposed
+time per step of each breakdown category on each side (categories average over ranks).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from torchtriage import __version__
+from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.diagnosis.vocabulary import CPU_CATEGORY_LAYER, GPU_CATEGORY_LAYER
+from torchtriage.documents import JsonDocument
+from torchtriage.verify import policy
+from torchtriage.verify.parity import Parity, check_parity
+from torchtriage.verify.stats import speedup_interval, verdict
+
+SCHEMA = "torchtriage.compare/1"
+OP_ROWS = 15  # op and kernel delta rows kept in the document
+
+
+class Side(msgspec.Struct, kw_only=True):
+    path: str
+    traces: int
+    mode: str  # gpu | cpu
+    steps: int  # analysed steps (per rank)
+    median_step_ms: float
+    primary: str  # the side's bottleneck layer
+    step_ms: list[float]
+
+
+class CategoryDelta(msgspec.Struct, kw_only=True):
+    category: str
+    layer: str
+    a_ms: float  # mean exposed time per step
+    b_ms: float
+    delta_ms: float  # b - a: negative is time saved
+
+
+class OpDelta(msgspec.Struct, kw_only=True):
+    name: str
+    a_count: float  # calls per step
+    b_count: float
+    a_ms: float  # time per step (host ops: self time; device ops: kernel time)
+    b_ms: float
+    delta_ms: float
+
+
+class Comparison(JsonDocument, msgspec.Struct, kw_only=True):
+    schema: str = SCHEMA
+    tool_version: str = __version__
+    summary: str
+    a: Side
+    b: Side
+    speedup: float  # A's median step time over B's: above 1, B is faster
+    ci_low: float
+    ci_high: float
+    confidence: float
+    min_effect: float
+    verdict: str  # faster | slower | no_change (B relative to A)
+    deltas: list[CategoryDelta]  # sorted by |delta_ms|
+    layer_deltas: dict[str, float]  # delta per step by layer, ms
+    ops: list[OpDelta] = []  # host ops, by |delta_ms|
+    device_ops: list[OpDelta] = []  # kernels, copies, memsets
+    parity: Parity | None = None  # when both sides are run directories with recorded losses
+    store_id: int | None = None
+
+    def headline(self) -> str:
+        """One line for ``torchtriage history``."""
+        return (f"{self.verdict} {self.speedup:.2f}x [{self.ci_low:.2f}-{self.ci_high:.2f}]; "
+                f"median step {self.a.median_step_ms:.1f} -> {self.b.median_step_ms:.1f} ms")
+
+    def __rich__(self):  # pragma: no cover - exercised through render_to_text
+        from torchtriage.report.verify_view import comparison_renderable
+
+        return comparison_renderable(self)
+
+
+def compare(
+    a: str | os.PathLike[str],
+    b: str | os.PathLike[str],
+    *,
+    min_effect: float = policy.MIN_EFFECT.value,
+    device_memory: int | None = None,
+) -> Comparison:
+    """Compare profile ``b`` against baseline ``a`` (see the module docstring).
+
+    Raises:
+        TraceError: either side is not a readable trace, or has no analysed steps.
+    """
+    from torchtriage.api import analyze
+
+    side_a = analyze(a, device_memory=device_memory, top=1_000_000)
+    side_b = analyze(b, device_memory=device_memory, top=1_000_000)
+    return compare_diagnoses(side_a, side_b, str(a), str(b), min_effect=min_effect,
+                             parity=_parity(Path(a), Path(b)))
+
+
+def compare_diagnoses(
+    a: list[Diagnosis],
+    b: list[Diagnosis],
+    a_path: str = "A",
+    b_path: str = "B",
+    *,
+    min_effect: float = policy.MIN_EFFECT.value,
+    parity: Parity | None = None,
+) -> Comparison:
+    """Compare two sides given as their (per-rank) diagnoses, made with a large ``top``."""
+    from torchtriage.errors import TraceError
+
+    for path, side in ((a_path, a), (b_path, b)):
+        if not any(d.breakdown.steps for d in side):
+            raise TraceError(f"{path}: no analysed training step to compare")
+    sa, sb = _side(a, a_path), _side(b, b_path)
+    s = speedup_interval([sa.step_ms], [sb.step_ms])
+    deltas = _category_deltas(a, b)
+    layers: dict[str, float] = {}
+    for d in deltas:
+        layers[d.layer] = round(layers.get(d.layer, 0.0) + d.delta_ms, 3)
+    result = verdict(s, min_effect)
+    comparison = Comparison(
+        summary="",
+        a=sa, b=sb, speedup=round(s.speedup, 4), ci_low=round(s.ci_low, 4),
+        ci_high=round(s.ci_high, 4), confidence=s.confidence, min_effect=min_effect,
+        verdict=result, deltas=deltas, layer_deltas=layers,
+        ops=_op_deltas(a, b, "host"), device_ops=_op_deltas(a, b, "device"), parity=parity,
+    )
+    comparison.summary = _summary(comparison)
+    return comparison
+
+
+def decode_comparison(data: bytes | str) -> Comparison:
+    return msgspec.json.decode(data, type=Comparison)
+
+
+def _side(diagnoses: list[Diagnosis], path: str) -> Side:
+    per_rank = [[s.wall_ms for s in d.breakdown.steps] for d in diagnoses if d.breakdown.steps]
+    n = min(len(r) for r in per_rank)
+    step_ms = np.max(np.array([r[:n] for r in per_rank]), axis=0)
+    primaries = [d.primary for d in diagnoses]
+    return Side(path=path, traces=len(diagnoses), mode=diagnoses[0].breakdown.mode, steps=n,
+                median_step_ms=round(float(np.median(step_ms)), 3),
+                primary=max(set(primaries), key=primaries.count),
+                step_ms=[round(float(x), 3) for x in step_ms])
+
+
+def _per_step(diagnoses: list[Diagnosis]) -> dict[str, float]:
+    """Mean exposed ms per step per category, averaged over ranks."""
+    out: dict[str, float] = {}
+    ranks = [d for d in diagnoses if d.breakdown.steps]
+    for d in ranks:
+        n = len(d.breakdown.steps)
+        for category, ms in d.breakdown.exposed_ms.items():
+            out[category] = out.get(category, 0.0) + ms / n / len(ranks)
+    return out
+
+
+def _category_deltas(a: list[Diagnosis], b: list[Diagnosis]) -> list[CategoryDelta]:
+    pa, pb = _per_step(a), _per_step(b)
+    gpu = "gpu" in (a[0].breakdown.mode, b[0].breakdown.mode)
+    layer_of = {**CPU_CATEGORY_LAYER, **GPU_CATEGORY_LAYER} if gpu else CPU_CATEGORY_LAYER
+    rows = [CategoryDelta(category=c, layer=layer_of.get(c, "host"),
+                          a_ms=round(pa.get(c, 0.0), 3), b_ms=round(pb.get(c, 0.0), 3),
+                          delta_ms=round(pb.get(c, 0.0) - pa.get(c, 0.0), 3))
+            for c in dict.fromkeys([*pa, *pb])]
+    return sorted(rows, key=lambda r: -abs(r.delta_ms))
+
+
+def _op_deltas(a: list[Diagnosis], b: list[Diagnosis], table: str) -> list[OpDelta]:
+    def per_step(diagnoses: list[Diagnosis]) -> dict[str, tuple[float, float]]:
+        out: dict[str, tuple[float, float]] = {}
+        ranks = [d for d in diagnoses if d.breakdown.steps]
+        for d in ranks:
+            k = len(d.breakdown.steps) * len(ranks)
+            for row in d.top_ops.get(table, []):
+                ms = row.self_ms if table == "host" else row.total_ms
+                count, time_ms = out.get(row.name, (0.0, 0.0))
+                out[row.name] = (count + row.count / k, time_ms + ms / k)
+        return out
+
+    pa, pb = per_step(a), per_step(b)
+    rows = []
+    for name in dict.fromkeys([*pa, *pb]):
+        (ca, ta), (cb, tb) = pa.get(name, (0.0, 0.0)), pb.get(name, (0.0, 0.0))
+        rows.append(OpDelta(name=name, a_count=round(ca, 2), b_count=round(cb, 2),
+                            a_ms=round(ta, 3), b_ms=round(tb, 3), delta_ms=round(tb - ta, 3)))
+    rows.sort(key=lambda r: -abs(r.delta_ms))
+    return rows[:OP_ROWS]
+
+
+def _summary(c: Comparison) -> str:
+    a_ms, b_ms = c.a.median_step_ms, c.b.median_step_ms
+    interval = f"{c.confidence:.0%} CI {c.ci_low:.2f}-{c.ci_high:.2f}x"
+    if c.verdict == "faster":
+        head = f"B is faster: {c.speedup:.2f}x ({interval})"
+    elif c.verdict == "slower":
+        head = f"B is slower: {1 / c.speedup:.2f}x the step time ({interval})"
+    else:
+        head = (f"no significant change: {c.speedup:.2f}x ({interval}, within "
+                f"{c.min_effect:.0%} or not significant)")
+    text = f"{head}; median step {a_ms:.1f} -> {b_ms:.1f} ms."
+    total = sum(d.delta_ms for d in c.deltas)  # the change of the mean step time
+    top = c.deltas[0] if c.deltas else None
+    if top is not None and abs(top.delta_ms) > 0:
+        name = top.category if top.category == top.layer else f"{top.category} ({top.layer})"
+        rest = total - top.delta_ms
+        text += (f" Largest change: {name} {top.delta_ms:+.1f} ms per step (mean step "
+                 f"{total:+.1f} ms; everything else {rest:+.1f} ms).")
+    if c.parity is not None and c.parity.status == "fail":
+        text += f" Losses differ beyond tolerance ({c.parity.detail})."
+    return text
+
+
+def _parity(a: Path, b: Path) -> Parity | None:
+    """Loss parity when both sides are run directories whose records hold losses."""
+    la, lb = _run_losses(a), _run_losses(b)
+    if la is None or lb is None:
+        return None
+    knobs_b = _run_knobs(b)
+    return check_parity([la], [lb], knobs_b)
+
+
+def _run_losses(path: Path) -> list[float] | None:
+    record = _rank0_record(path)
+    losses = [x["loss"] for x in (record or {}).get("losses", [])]
+    return losses or None
+
+
+def _run_knobs(path: Path) -> dict:
+    record = _rank0_record(path) or {}
+    return {k: v.get("value") for k, v in (record.get("knobs") or {}).items()}
+
+
+def _rank0_record(path: Path) -> dict | None:
+    if not path.is_dir():
+        return None
+    for name in ("run.rank0.json", "run.json"):
+        if (path / name).is_file():
+            try:
+                return json.loads((path / name).read_text())
+            except (OSError, ValueError):
+                return None
+    return None

@@ -1,0 +1,87 @@
+"""Numerical parity: does a fix leave the loss curve where it was?
+
+The losses of the first :data:`~torchtriage.verify.policy.PARITY_STEPS` training steps of every
+candidate trial are compared with the per-step median of the baseline trials. The deviation is
+the largest absolute difference over the mean absolute baseline loss (robust to losses near 0).
+The tolerance follows the candidate's precision; when identical baseline runs already differ,
+it widens to a multiple of their own spread, and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from torchtriage.diagnosis.thresholds import Threshold
+from torchtriage.verify import policy
+
+PARITY_STATUSES = ("pass", "fail", "unchecked")
+
+
+class Parity(msgspec.Struct, kw_only=True):
+    status: str  # pass | fail | unchecked
+    precision: str  # fp32 | compiled | tf32 | low (bf16/fp16)
+    tolerance: float
+    max_deviation: float | None = None  # over all candidate trials
+    baseline_spread: float | None = None  # largest deviation between identical baseline runs
+    steps_compared: int = 0
+    detail: str = ""
+
+
+def precision_of(knobs: Mapping[str, Any]) -> tuple[str, Threshold]:
+    """The numerics a set of knobs implies, and the parity tolerance for it."""
+    if knobs.get("amp.bf16") or knobs.get("ddp.comm_hook") in ("bf16", "fp16"):
+        return "low", policy.PARITY_LOW_PRECISION
+    if knobs.get("matmul.tf32"):
+        return "tf32", policy.PARITY_TF32
+    if knobs.get("compile.mode", "none") != "none":
+        return "compiled", policy.PARITY_COMPILED
+    return "fp32", policy.PARITY_FP32
+
+
+def check_parity(
+    baseline: Sequence[Sequence[float]],
+    candidate: Sequence[Sequence[float]],
+    knobs: Mapping[str, Any],
+    *,
+    steps: int = int(policy.PARITY_STEPS.value),
+) -> Parity:
+    """Compare the candidate trials' first losses with the baseline's.
+
+    Args:
+        baseline, candidate: per trial, the loss of each training step from the first.
+        knobs: the candidate's knobs (they set the precision and so the tolerance).
+    """
+    precision, threshold = precision_of(knobs)
+    base = [np.asarray(t[:steps], dtype=np.float64) for t in baseline if len(t)]
+    cand = [np.asarray(t[:steps], dtype=np.float64) for t in candidate if len(t)]
+    if not base or not cand:
+        return Parity(status="unchecked", precision=precision, tolerance=threshold.value,
+                      detail="no losses recorded (no scalar loss.backward() seen)")
+    k = min(min(t.size for t in base), min(t.size for t in cand))
+    base_m = np.stack([t[:k] for t in base])
+    reference = np.median(base_m, axis=0)
+    scale = float(np.mean(np.abs(reference))) or 1.0
+    if not np.all(np.isfinite(base_m)):
+        return Parity(status="unchecked", precision=precision, tolerance=threshold.value,
+                      steps_compared=k, detail="the baseline's losses are not finite")
+    spread = max(float(np.max(np.abs(t[:k] - reference))) / scale for t in base)
+    tolerance = threshold.value
+    detail = f"{precision} tolerance {tolerance:g} ({threshold.name})"
+    if spread * policy.PARITY_NOISE_FACTOR.value > tolerance:
+        tolerance = spread * policy.PARITY_NOISE_FACTOR.value
+        detail = (f"identical baseline runs differ by {spread:.2g} (unseeded or "
+                  f"nondeterministic): tolerance widened to {tolerance:.2g}")
+    deviations = [float(np.max(np.abs(t[:k] - reference))) / scale for t in cand]
+    worst = max(deviations)
+    if not np.isfinite(worst):
+        return Parity(status="fail", precision=precision, tolerance=tolerance,
+                      baseline_spread=spread, steps_compared=k,
+                      detail="the candidate's loss is not finite (diverged)")
+    status = "pass" if worst <= tolerance else "fail"
+    return Parity(status=status, precision=precision, tolerance=round(tolerance, 6),
+                  max_deviation=round(worst, 6), baseline_spread=round(spread, 6),
+                  steps_compared=k, detail=detail)

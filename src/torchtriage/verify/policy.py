@@ -1,0 +1,78 @@
+"""The defaults verification decides with, each with where it comes from.
+
+They use the same :class:`~torchtriage.diagnosis.thresholds.Threshold` record as the diagnosis
+rules, so the README lists both from one kind of object.
+"""
+
+from __future__ import annotations
+
+from torchtriage.diagnosis.thresholds import Threshold
+
+CONFIDENCE = Threshold(
+    "ab_confidence", 0.95, "probability",
+    "coverage of the bootstrap confidence interval around a speedup",
+    "the conventional 95 % interval (Efron & Tibshirani, An Introduction to the Bootstrap)",
+)
+BOOTSTRAP_RESAMPLES = Threshold(
+    "bootstrap_resamples", 4000, "resamples",
+    "resamples of the (hierarchical) percentile bootstrap",
+    "Efron & Tibshirani: 1,000-2,000 for percentile intervals; doubled so that repeated "
+    "verdicts on the same data do not flicker",
+)
+MIN_EFFECT = Threshold(
+    "min_effect", 0.02, "fraction of step time",
+    "a speedup counts as `faster` only when the whole interval lies above 1 + this (`slower` "
+    "below 1 / (1 + this)); anything else is `no_change`",
+    "torchtriage default: a margin for what the interval cannot see (drift within one ABBA "
+    "block); the interval itself carries the trial noise, which is 1-2 % for I/O-bound and "
+    "up to 10 % for CPU-bound trials on a shared 2-core machine (benchmarks/ab_noise.py)",
+)
+PARITY_STEPS = Threshold(
+    "parity_steps", 10, "steps",
+    "losses of the first this-many training steps are compared for numerical parity",
+    "torchtriage default: long enough to see a diverging optimiser, short enough for every "
+    "trial to cover it",
+)
+PARITY_FP32 = Threshold(
+    "parity_fp32", 1e-3, "relative deviation",
+    "largest allowed loss deviation (over the mean |loss|) for fixes that keep fp32 math: "
+    "data loading, optimizer implementation, DDP buckets",
+    "fp32 reductions reordered by a different bucket or kernel differ by ~1e-6 relative; "
+    "1e-3 leaves room for the compounding of 10 steps",
+)
+PARITY_COMPILED = Threshold(
+    "parity_compiled", 5e-3, "relative deviation",
+    "the same for torch.compile, which fuses and reorders fp32 math",
+    "PyTorch's own compile accuracy checks compare with rtol 1e-3..1e-2 (torch._dynamo "
+    "same_two_models / inductor tolerances)",
+)
+PARITY_TF32 = Threshold(
+    "parity_tf32", 1e-2, "relative deviation",
+    "the same for TF32 matmuls (10-bit mantissa inputs)",
+    "TF32 keeps ~3 decimal digits per product (NVIDIA A100 TF32 notes); losses drift "
+    "~1e-3 relative",
+)
+PARITY_LOW_PRECISION = Threshold(
+    "parity_low_precision", 5e-2, "relative deviation",
+    "the same for bf16/fp16 autocast or a bf16/fp16 gradient-compression hook",
+    "bf16 keeps ~2-3 decimal digits (8-bit mantissa); mixed-precision training papers report "
+    "loss curves within a few per cent of fp32",
+)
+PARITY_NOISE_FACTOR = Threshold(
+    "parity_noise_factor", 3.0, "x baseline spread",
+    "when identical baseline runs already differ (an unseeded script), the tolerance widens "
+    "to this multiple of their largest deviation",
+    "torchtriage default: three times the observed spread of identical runs",
+)
+
+ALL: tuple[Threshold, ...] = (
+    CONFIDENCE,
+    BOOTSTRAP_RESAMPLES,
+    MIN_EFFECT,
+    PARITY_STEPS,
+    PARITY_FP32,
+    PARITY_COMPILED,
+    PARITY_TF32,
+    PARITY_LOW_PRECISION,
+    PARITY_NOISE_FACTOR,
+)

@@ -1,0 +1,324 @@
+"""Verification: bootstrap statistics, loss parity, the run store, compare and the A/B harness."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchtriage.errors import TorchtriageError
+from torchtriage.verify.parity import check_parity
+from torchtriage.verify.stats import Speedup, speedup_interval, verdict
+from torchtriage.verify.store import RunStore
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = Path(__file__).parent / "scripts"
+TINY = str(SCRIPTS / "tiny_loop.py")
+
+
+def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torchtriage", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO)
+
+
+# --- statistics ---------------------------------------------------------------------------
+
+def test_exact_halving_is_faster_with_a_tight_interval():
+    s = speedup_interval([[100.0] * 6] * 3, [[50.0] * 6] * 3, statistic="mean")
+    assert (s.speedup, s.ci_low, s.ci_high) == (2.0, 2.0, 2.0)
+    assert verdict(s) == "faster"
+
+
+def test_trials_not_steps_are_the_unit_for_throughput():
+    # Alternating fast/slow steps (two DataLoader workers) with identical window means: the
+    # trial-level interval is tight even though single steps vary 5x.
+    b = [[20.0, 100.0] * 3 for _ in range(3)]
+    s = speedup_interval([[120.0] * 6] * 3, b, statistic="mean")
+    assert s.speedup == pytest.approx(2.0)
+    assert s.ci_low == pytest.approx(2.0) and s.ci_high == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(("low", "high", "expected"), [
+    (1.03, 1.2, "faster"), (1.01, 1.2, "no_change"), (0.97, 1.03, "no_change"),
+    (0.8, 0.97, "slower"), (0.8, 0.99, "no_change"),
+])
+def test_verdict_needs_the_whole_interval_past_the_minimum_effect(low, high, expected):
+    s = Speedup(speedup=(low + high) / 2, ci_low=low, ci_high=high, a_ms=1, b_ms=1,
+                statistic="mean", confidence=0.95)
+    assert verdict(s, min_effect=0.02) == expected
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.floats(1, 1e3), min_size=3, max_size=12), st.floats(0.01, 100))
+def test_interval_does_not_depend_on_the_time_unit(steps, scale):
+    a = [steps, steps[::-1]]
+    b = [[x * 0.9 for x in steps], steps]
+    s1 = speedup_interval(a, b)
+    s2 = speedup_interval([[x * scale for x in t] for t in a],
+                          [[x * scale for x in t] for t in b])
+    assert s1.speedup == pytest.approx(s2.speedup)
+    assert s1.ci_low == pytest.approx(s2.ci_low) and s1.ci_high == pytest.approx(s2.ci_high)
+    assert s1.ci_low <= s1.ci_high
+
+
+def test_noisy_identical_arms_are_no_change():
+    rng = np.random.default_rng(3)
+    a = [list(100 + rng.normal(0, 3, 10)) for _ in range(5)]
+    b = [list(100 + rng.normal(0, 3, 10)) for _ in range(5)]
+    s = speedup_interval(a, b, statistic="mean")
+    assert s.ci_low < 1 < s.ci_high and verdict(s) == "no_change"
+
+
+# --- parity -------------------------------------------------------------------------------
+
+def test_parity_passes_identical_losses_and_fails_changed_ones():
+    base = [[2.0, 1.5, 1.2, 1.0]] * 2
+    assert check_parity(base, base, {}).status == "pass"
+    changed = check_parity(base, [[2.0, 1.6, 1.3, 1.1]], {"optimizer.fused": True})
+    assert changed.status == "fail" and changed.max_deviation > changed.tolerance
+
+
+def test_parity_tolerance_follows_precision():
+    base = [[2.0, 1.5, 1.2, 1.0]]
+    off_by_2pc = [[2.0, 1.53, 1.22, 1.02]]
+    assert check_parity(base, off_by_2pc, {}).status == "fail"
+    low = check_parity(base, off_by_2pc, {"amp.bf16": True})
+    assert low.status == "pass" and low.precision == "low"
+    assert check_parity(base, off_by_2pc, {"compile.mode": "default"}).precision == "compiled"
+
+
+def test_parity_widens_for_a_nondeterministic_baseline():
+    base = [[2.0, 1.5, 1.2], [2.1, 1.6, 1.1]]
+    p = check_parity(base, [[2.05, 1.55, 1.15]], {})
+    assert p.status == "pass" and p.tolerance > 1e-3 and "differ" in p.detail
+
+
+def test_parity_without_losses_or_with_divergence():
+    assert check_parity([[]], [[1.0]], {}).status == "unchecked"
+    assert check_parity([[1.0, 1.0]], [[1.0, float("nan")]], {}).status == "fail"
+
+
+# --- store --------------------------------------------------------------------------------
+
+def test_store_round_trip_and_interrupted_runs(tmp_path):
+    store = RunStore(tmp_path / "s.sqlite")
+    run_id = store.start_run("ab", ["python", "x.py"], knobs={"k": 1}, out_dir=tmp_path)
+    store.add_trial(run_id, "A", 1, "ok", time.time(), {"step_ms": [1.0]})
+    assert store.run(run_id).status == "running"  # this process is alive
+    store.finish_run(run_id, "done", "faster", {"schema": "x"})
+    row = store.run(run_id)
+    assert (row.status, row.summary, row.result, row.knobs) == ("done", "faster",
+                                                               {"schema": "x"}, {"k": 1})
+    assert store.trials(run_id)[0]["step_ms"] == [1.0]
+    # a run whose process is gone reads back as interrupted
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        db.execute("UPDATE runs SET status='running', pid=? WHERE id=?", (2**22 + 7, run_id))
+    assert store.run(run_id).status == "interrupted"
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda p: p.mkdir(), "is a directory"),
+    (lambda p: p.write_text("not a database at all, just text" * 100), "cannot use run store"),
+    (lambda p: sqlite3.connect(p).execute("CREATE TABLE other (x)").connection.commit(),
+     "not a torchtriage run store"),
+    (lambda p: sqlite3.connect(p).execute("PRAGMA user_version=99").connection.commit(),
+     "newer torchtriage"),
+])
+def test_store_bad_paths_are_one_line_errors(tmp_path, make, message):
+    path = tmp_path / "store.sqlite"
+    make(path)
+    with pytest.raises(TorchtriageError, match=message):
+        RunStore(path)
+    proc = cli("history", "--store", str(path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_history_and_show_errors():
+    assert "no runs recorded yet" in cli("history").stdout
+    proc = cli("show", "42")
+    assert proc.returncode == 2 and "no run 42" in proc.stderr
+    proc = cli("history", "--kind", "nope")
+    assert proc.returncode == 2 and "--kind takes one of" in proc.stderr
+
+
+# --- compare ------------------------------------------------------------------------------
+
+def test_compare_resnet_pair_attributes_the_drop_to_data_loading(shared_traces):
+    base = shared_traces / "kineto" / "resnet50_num_workers_0"
+    fixed = shared_traces / "kineto" / "resnet50_num_workers_4"
+    proc = cli("compare", str(base), str(fixed), "--json")
+    assert proc.returncode == 0, proc.stderr
+    c = json.loads(proc.stdout)
+    assert c["schema"] == "torchtriage.compare/1"
+    assert c["verdict"] == "faster" and c["speedup"] > 1.3 and c["ci_low"] > 1
+    top = c["deltas"][0]
+    assert top["category"] == "data_loading" and top["delta_ms"] < 0
+    assert set(top) >= {"category", "a_ms", "b_ms", "delta_ms"}
+    assert [abs(d["delta_ms"]) for d in c["deltas"]] == sorted(
+        (abs(d["delta_ms"]) for d in c["deltas"]), reverse=True)
+    # most of the drop: the data-loading saving exceeds the whole drop in mean step time
+    assert -top["delta_ms"] > -sum(d["delta_ms"] for d in c["deltas"])
+    assert min(c["layer_deltas"], key=c["layer_deltas"].get) == "data_loading"
+    assert c["ops"][0]["name"].startswith("enumerate(DataLoader)")
+    # stored, and shown again from the store
+    (run,) = json.loads(cli("history", "--json").stdout)
+    assert run["kind"] == "compare" and run["id"] == c["store_id"]
+    shown = cli("show", str(run["id"]), "--json")
+    assert json.loads(shown.stdout)["speedup"] == c["speedup"]
+    assert "data_loading" in cli("show", str(run["id"])).stdout
+
+
+def test_fail_on_regression_gate(shared_traces):
+    base = shared_traces / "kineto" / "resnet50_num_workers_4"
+    slower = shared_traces / "kineto" / "resnet50_num_workers_0"
+    proc = cli("compare", str(base), str(slower), "--fail-on-regression", "5%")
+    assert proc.returncode == 1 and "regression" in proc.stderr
+    assert cli("compare", str(base), str(slower), "--fail-on-regression", "60%").returncode == 0
+    assert cli("compare", str(slower), str(base), "--fail-on-regression", "5%").returncode == 0
+    same = cli("compare", str(base), str(base), "--fail-on-regression", "1%")
+    assert same.returncode == 0 and "no significant change" in same.stdout
+    bad = cli("compare", str(base), str(base), "--fail-on-regression", "lots")
+    assert bad.returncode == 2 and "percentage" in bad.stderr
+
+
+def test_runs_are_recorded_and_run_dirs_compare_with_loss_parity(tmp_path):
+    for name, extra in (("base", []), ("scaled", ["--scale", "3"])):
+        proc = cli("run", "--out", str(tmp_path / name), "--steps", "12", "--", "python",
+                   TINY, *extra)
+        assert proc.returncode == 0, proc.stderr
+    runs = json.loads(cli("history", "--kind", "run", "--json").stdout)
+    assert [r["status"] for r in runs] == ["done", "done"]
+    assert "bottleneck" in runs[0]["summary"]
+    assert "Bottleneck" in cli("show", str(runs[0]["id"])).stdout
+    c = json.loads(cli("compare", str(tmp_path / "base"), str(tmp_path / "scaled"),
+                       "--json").stdout)
+    assert c["parity"]["status"] == "fail" and "Losses differ" in c["summary"]
+
+
+def test_schema_command_prints_each_document():
+    for document in ("diagnosis", "job", "compare", "ab"):
+        proc = cli("schema", document)
+        assert proc.returncode == 0 and json.loads(proc.stdout)["$id"].startswith(
+            f"torchtriage.{document}/")
+    bad = cli("schema", "nope")
+    assert bad.returncode == 2 and "unknown document" in bad.stderr
+
+
+def test_compare_bad_inputs(tmp_path):
+    proc = cli("compare", str(tmp_path / "missing"), str(tmp_path))
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# --- the A/B harness ----------------------------------------------------------------------
+
+def ab(tmp_path: Path, *args: str, out: str = "ab", timeout: int = 300):
+    proc = cli("ab", "--out", str(tmp_path / out), *args, timeout=timeout)
+    path = tmp_path / out / "ab.json"
+    return proc, (json.loads(path.read_text()) if path.exists() else None)
+
+
+def test_ab_more_dataloader_workers_is_faster(tmp_path):
+    proc, result = ab(tmp_path, "--knob", "dataloader.num_workers=2", "--trials", "3",
+                      "--steps", "6", "--", "python", "examples/data_starved.py",
+                      "--steps", "100")
+    assert proc.returncode == 0, proc.stderr
+    assert result["verdict"] == "faster" and result["ci_low"] > 1, result["summary"]
+    assert result["parity"]["status"] == "pass"
+    assert result["knobs"]["dataloader.num_workers"]["applied"]
+    arms = [t["arm"] for t in result["trials"]]
+    assert arms == ["A", "B", "B", "A", "A", "B"]  # interleaved, ABBA
+    assert all(len(t["step_ms"]) == 6 for t in result["trials"])
+    lines = (tmp_path / "ab" / "trials.jsonl").read_text().splitlines()
+    assert len(lines) == 6
+    assert json.loads(cli("show", str(result["store_id"]), "--json").stdout)["verdict"] \
+        == "faster"
+
+
+def test_ab_of_a_knob_that_changes_nothing_is_no_change(tmp_path):
+    proc, result = ab(tmp_path, "--knob", "cudnn.benchmark=true", "--trials", "3",
+                      "--steps", "8", "--", "python", "examples/compute_bound.py",
+                      "--steps", "100")
+    assert proc.returncode == 0, proc.stderr
+    assert result["verdict"] == "no_change", result["summary"]
+    assert result["ci_low"] <= 1.02 and result["parity"]["status"] == "pass"
+
+
+def test_ab_a_fix_that_changes_results_is_not_a_win(tmp_path):
+    proc, result = ab(tmp_path, "--trials", "2", "--steps", "4", "--candidate",
+                      f"python {TINY} --scale 3", "--", "python", TINY)
+    assert proc.returncode == 0, proc.stderr
+    assert result["verdict"] == "changes_results" and result["parity"]["status"] == "fail"
+
+
+def test_ab_candidate_crash_is_a_failed_trial_not_a_traceback(tmp_path):
+    proc, result = ab(tmp_path, "--trials", "2", "--steps", "4", "--candidate",
+                      f"python {TINY} --crash", "--", "python", TINY)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "the candidate did not complete a trial" in proc.stderr
+    assert result["verdict"] == "failed"
+    failed = [t for t in result["trials"] if t["arm"] == "B"]
+    assert len(failed) == 1 and failed[0]["status"] == "failed"  # not retried
+    assert "boom" in failed[0]["error"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--", "python", TINY, "--crash"], "the baseline failed"),
+    (["--", "python", TINY, "--steps", "3"], "a trial needs 3 warm-up"),
+    (["--knob", "nope=1", "--", "python", TINY], "unknown knob"),
+    (["--", "no-such-command-xyz"], "command not found"),
+    ([], "no command to run"),
+    (["--trials", "1", "--", "python", TINY], "--trials"),
+])
+def test_ab_bad_inputs_are_one_line_errors(tmp_path, args, message):
+    proc, _ = ab(tmp_path, "--steps", "4", *args)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert message in proc.stderr, proc.stderr
+
+
+def test_ab_unseeded_script_widens_the_parity_tolerance(tmp_path):
+    proc, result = ab(tmp_path, "--trials", "2", "--steps", "4", "--",
+                      "python", TINY, "--unseeded")
+    assert proc.returncode == 0, proc.stderr
+    assert result["parity"]["status"] == "pass" and "differ" in result["parity"]["detail"]
+
+
+def test_sigkill_mid_run_leaves_every_completed_trial_in_the_store(tmp_path, run_store):
+    out = tmp_path / "ab"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torchtriage", "ab", "--out", str(out), "--trials", "5",
+         "--steps", "4", "--json", "--", "python", TINY, "--sleep-ms", "200"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline:
+            if run_store.exists():
+                with sqlite3.connect(run_store) as db:
+                    if db.execute("SELECT COUNT(*) FROM trials").fetchone()[0] >= 2:
+                        break
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    store = RunStore(run_store)
+    (run,) = store.runs()
+    assert run.kind == "ab" and run.status == "interrupted"
+    trials = store.trials(run.id)
+    on_disk = (out / "trials.jsonl").read_text().splitlines()
+    assert len(trials) >= 2 and len(trials) == len(on_disk)
+    assert all(t["status"] == "ok" and len(t["step_ms"]) == 4 for t in trials)
+    history = cli("history")
+    assert "interrupted" in history.stdout
+    shown = cli("show", str(run.id))
+    assert shown.returncode == 2 and "completed trial(s) are stored" in shown.stderr
