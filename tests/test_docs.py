@@ -12,6 +12,7 @@ from torchtriage.diagnosis import LAYERS
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import CATALOG
 from torchtriage.documents import DOCUMENTS
+from torchtriage.fix.result import STEP_RESULTS
 from torchtriage.verify import policy
 from torchtriage.verify.ab import AB_VERDICTS, TRIAL_STATUSES
 from torchtriage.verify.parity import PARITY_STATUSES
@@ -74,5 +75,5 @@ def test_diagnosis_schema_has_the_core_fields():
 def test_verification_vocabularies_and_defaults_are_documented():
     for t in policy.ALL:
         assert f"`{t.name}`" in README, t.name
-    for word in (*AB_VERDICTS, *TRIAL_STATUSES, *PARITY_STATUSES, *RUN_KINDS):
+    for word in (*AB_VERDICTS, *TRIAL_STATUSES, *PARITY_STATUSES, *RUN_KINDS, *STEP_RESULTS):
         assert f"`{word}`" in README, word

@@ -334,9 +334,12 @@ class _TrialProgress:
 
     def __call__(self, label: str, k: int, n: int, trial) -> None:
         if self.task is None:
-            self.task = self.progress.add_task("", total=n)
+            self.task = self.progress.add_task("", total=n or None)
+        if n == 0:  # a phase, not a trial
+            self.progress.update(self.task, description=label, total=None, completed=0)
+            return
         if trial is None:
-            self.progress.update(self.task, description=f"trial {k}/{n}: {label}")
+            self.progress.update(self.task, description=f"trial {k}/{n}: {label}", total=n)
             return
         self.progress.update(self.task, completed=k)
         if self.enabled:
@@ -344,6 +347,69 @@ class _TrialProgress:
                     else f"{trial.status}: {trial.error}")
             self.console.print(f"[dim]trial {k}/{n} {trial.arm}{trial.idx}: {what}[/dim]",
                                highlight=False, markup=True)
+
+
+def _duration(text: str) -> float:
+    """``90s``, ``10m``, ``1h`` or plain seconds."""
+    raw = text.strip().lower()
+    scale = {"s": 1, "m": 60, "h": 3600}.get(raw[-1:])
+    number = raw[:-1] if scale else raw
+    try:
+        seconds = float(number) * (scale or 1)
+    except ValueError:
+        raise TorchtriageError(f"--budget takes a duration such as 90s, 10m or 1h, got "
+                               f"{text!r}") from None
+    if seconds <= 0:
+        raise TorchtriageError(f"--budget must be positive, got {text!r}")
+    return seconds
+
+
+@app.command("fix",
+             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def fix_command(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option("--out", help="Directory for fix.json, fix.md, "
+                                      "fix.patch and every profile and A/B.")]
+    = Path("torchtriage-fix"),
+    budget: Annotated[str, typer.Option("--budget", metavar="DURATION",
+                                        help="Wall-clock budget, e.g. 90s, 10m, 1h.")] = "10m",
+    trials: Annotated[int, typer.Option("--trials", min=2, help="Most trials per arm of each "
+                                        "A/B (they stop earlier when the answer is clear).")]
+    = 4,
+    warmup: Annotated[int, typer.Option("--warmup", min=2, help="Steps before measuring.")]
+    = 3,
+    steps: Annotated[int, typer.Option("--steps", min=3, help="Measured steps per trial.")]
+    = 10,
+    timeout: Annotated[float | None, typer.Option("--timeout", min=1, help="Seconds per "
+                                                  "trial or profile run.")] = None,
+    min_effect: MinEffect = 0.02,
+    json_out: Annotated[bool, typer.Option("--json", help="Print fix.json on stdout, no "
+                                           "progress.")] = False,
+    device_memory: DeviceMemory = None,
+    store: StorePath = None,
+) -> None:
+    """Diagnose, try the bottleneck's fixes cheapest first, keep what an A/B proves:
+    torchtriage fix --out DIR -- python train.py ARGS."""
+    from torchtriage.capture.runner import python_command
+    from torchtriage.fix.loop import run_fix
+    from torchtriage.units import parse_bytes
+
+    seconds = _duration(budget)
+    capacity = parse_bytes(device_memory) if device_memory is not None else None
+    command = python_command(list(ctx.args))
+    if not command:
+        raise TorchtriageError("no command to run: put it after --, e.g. torchtriage fix -- "
+                               "python train.py")
+    runs = _open_store(store, required=False)
+    console = Console(stderr=True)
+    with _TrialProgress(console, enabled=not json_out) as progress:
+        result = run_fix(command, out, budget_s=seconds, trials=trials, warmup=warmup,
+                         steps=steps, timeout=timeout, device_memory=capacity,
+                         min_effect=min_effect, store=runs, progress=progress)
+    if json_out:
+        sys.stdout.write(result.to_json() + "\n")
+    else:
+        Console().print(result)
 
 
 @app.command()

@@ -27,6 +27,7 @@ class JsonDocument(msgspec.Struct, kw_only=True):
 def _types() -> dict[str, tuple[str, type]]:
     from torchtriage.diagnosis.job import JOB_SCHEMA, JobDiagnosis
     from torchtriage.diagnosis.result import SCHEMA, Diagnosis
+    from torchtriage.fix import result as fix
     from torchtriage.verify import ab, compare
 
     return {
@@ -34,10 +35,11 @@ def _types() -> dict[str, tuple[str, type]]:
         "job": (JOB_SCHEMA, JobDiagnosis),
         "compare": (compare.SCHEMA, compare.Comparison),
         "ab": (ab.SCHEMA, ab.ABResult),
+        "fix": (fix.SCHEMA, fix.FixResult),
     }
 
 
-DOCUMENTS = ("diagnosis", "job", "compare", "ab")
+DOCUMENTS = ("diagnosis", "job", "compare", "ab", "fix")
 
 
 def json_schema(document: str = "diagnosis") -> dict:

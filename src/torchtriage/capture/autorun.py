@@ -113,14 +113,17 @@ class AutoRun:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
 
-    def note(self, knob: str, applied: bool, detail: str) -> None:
-        """Record what a knob did (first outcome per knob wins, later ones are counted)."""
+    def note(self, knob: str, applied: bool, detail: str, where: str | None = None) -> None:
+        """Record what a knob did (first outcome per knob wins, later ones are counted).
+        ``where`` is the ``file:line`` of the user's call it changed (for the fix patch)."""
         entry = self.knob_log.setdefault(knob, {"value": self.knobs.get(knob),
                                                 "applied": applied, "detail": detail,
-                                                "count": 0})
+                                                "count": 0, "where": []})
         entry["count"] += 1
         if applied and not entry["applied"]:
             entry.update(applied=True, detail=detail)
+        if applied and where and where not in entry["where"]:
+            entry["where"].append(where)
 
     def _patch_backward(self, torch) -> None:
         original = torch.Tensor.backward

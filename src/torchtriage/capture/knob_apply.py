@@ -45,13 +45,27 @@ def apply_global(run) -> None:
         _patch_ddp(run, torch)
 
 
-def _where() -> str:
-    """file:line of the user's code that called into torch."""
-    for frame in inspect.stack()[2:]:
-        path = frame.filename
-        if "torch" not in path and "torchtriage" not in path:
-            return f"{path}:{frame.lineno}"
-    return "?"
+def _library_dirs() -> tuple[str, ...]:
+    import os
+
+    import torch
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the torchtriage package
+    return (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, here + os.sep)
+
+
+def _where() -> str | None:
+    """``file:line`` of the user's code that called into torch (None when there is none)."""
+    import sys
+
+    libraries = _library_dirs()
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not path.startswith("<") and not path.startswith(libraries):
+            return f"{path}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
 
 
 def _patch_dataloader(run, torch) -> None:
@@ -79,7 +93,7 @@ def _patch_dataloader(run, torch) -> None:
                 run.note(knob, False, "no CUDA device: pinned memory brings nothing")
                 bound[arg] = False
                 continue
-            run.note(knob, True, f"DataLoader at {where}: {arg}={bound[arg]!r}")
+            run.note(knob, True, f"DataLoader at {where}: {arg}={bound[arg]!r}", where)
         original(self, **bound)
 
     DataLoader.__init__ = __init__
@@ -97,18 +111,20 @@ def _patch_optimizer(run, torch) -> None:
     def __init__(self, params, defaults: dict[str, Any]) -> None:
         name = type(self).__name__
         defaults = dict(defaults)
+        where = _where()
         if fused is not None:
             if "fused" in defaults:
                 defaults["fused"] = fused
                 if fused:
                     defaults["foreach"] = False
-                run.note("optimizer.fused", True, f"{name}(fused={fused})")
+                run.note("optimizer.fused", True, f"{name}(fused={fused}) at {where}", where)
             else:
                 run.note("optimizer.fused", False, f"{name} has no fused implementation")
         if foreach is not None and not (fused and "fused" in defaults):
             if "foreach" in defaults:
                 defaults["foreach"] = foreach
-                run.note("optimizer.foreach", True, f"{name}(foreach={foreach})")
+                run.note("optimizer.foreach", True, f"{name}(foreach={foreach}) at {where}",
+                         where)
             else:
                 run.note("optimizer.foreach", False, f"{name} has no foreach implementation")
         original(self, params, defaults)
@@ -184,8 +200,7 @@ def _checkpoint_repeated_blocks(run, torch, root) -> None:
                     best = group
                 run_start = i
     if not best:
-        run.note("memory.activation_checkpointing", False,
-                 f"{type(root).__name__} has no repeated blocks with parameters")
+        _checkpoint_sequential(run, torch, root)
         return
     for block in best:
         forward = block.forward
@@ -209,11 +224,12 @@ def _patch_ddp(run, torch) -> None:
                  "ddp.static_graph": "static_graph"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        where = _where()
         for knob, arg in arguments.items():
             if knob in run.knobs:
                 kwargs[arg] = run.knobs[knob]
                 run.note(knob, True, f"DistributedDataParallel({arg}={run.knobs[knob]!r}) at "
-                         f"{_where()}")
+                         f"{where}", where)
         original(self, *args, **kwargs)
         hook = run.knobs.get("ddp.comm_hook", "none")
         if hook != "none":
@@ -248,3 +264,32 @@ def _patch_to(run, torch) -> None:
         return original(tensor, *args, **kwargs)
 
     torch.Tensor.to = to
+
+
+def _checkpoint_sequential(run, torch, root) -> None:
+    """No repeated blocks: split the largest ``nn.Sequential`` (a flat stack of layers) into
+    about sqrt(n) segments with ``checkpoint_sequential``, which keeps only the segment
+    boundaries' activations for backward."""
+    import math
+
+    from torch.utils.checkpoint import checkpoint_sequential
+
+    stacks = [m for m in root.modules() if isinstance(m, torch.nn.Sequential) and len(m) >= 4]
+    if not stacks:
+        run.note("memory.activation_checkpointing", False,
+                 f"{type(root).__name__} has no repeated blocks and no nn.Sequential stack of "
+                 "4 or more layers to checkpoint")
+        return
+    stack = max(stacks, key=len)
+    segments = max(2, round(math.sqrt(len(stack))))
+    forward = stack.forward
+
+    def checkpointed(x: Any) -> Any:
+        if torch.is_grad_enabled():
+            return checkpoint_sequential(stack, segments, x, use_reentrant=False)
+        return forward(x)
+
+    stack.forward = checkpointed
+    run.note("memory.activation_checkpointing", True,
+             f"{type(stack).__name__} of {len(stack)} layers checkpointed in {segments} "
+             "segments, from the second call")

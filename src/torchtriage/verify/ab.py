@@ -53,6 +53,7 @@ class Trial(msgspec.Struct, kw_only=True):
     batch_size: int | None = None
     error: str | None = None
     dir: str = ""
+    reused: bool = False  # measured earlier for the same configuration (fix loop)
 
 
 class Arm(msgspec.Struct, kw_only=True):
@@ -96,6 +97,7 @@ class ABResult(JsonDocument, msgspec.Struct, kw_only=True):
     b: Arm
     startup: Startup | None
     knobs: dict[str, KnobOutcome]  # what each candidate knob did (from B's trials)
+    baseline_knobs: dict[str, Any] = {}  # knobs both arms ran with
     trials_per_arm: int
     warmup: int
     steps: int
@@ -128,8 +130,13 @@ def run_ab(
     out: Path,
     *,
     knobs: dict[str, Any] | None = None,
+    baseline_knobs: dict[str, Any] | None = None,
     candidate: list[str] | None = None,
     trials: int = 5,
+    adaptive: bool = False,
+    prior: dict[str, list[Trial]] | None = None,
+    min_fresh: int = 0,
+    deadline: float | None = None,
     warmup: int = 3,
     steps: int = 10,
     timeout: float | None = None,
@@ -141,9 +148,19 @@ def run_ab(
 
     Args:
         command: the baseline command (``python train.py ARGS``); arm A.
-        knobs: applied to arm B (``{"dataloader.num_workers": 2}``).
+        knobs: applied to arm B (``{"dataloader.num_workers": 2}``), on top of
+            ``baseline_knobs``, which both arms get (fixes already kept).
         candidate: arm B's command, when it differs from ``command`` (a hand-written fix).
-        trials: processes per arm. warmup/steps: steps before / inside the measured window.
+        trials: processes per arm (the most, when ``adaptive``).
+        adaptive: stop as soon as the answer is clear: after each ABBA block from two trials
+            per arm on, when the interval is past the minimum effect either way, lies inside
+            it (no change either way), or parity failed.
+        prior: trials already measured for an arm's exact configuration (the fix loop reuses
+            the kept configuration's trials as the next baseline); they count as trials.
+        min_fresh: trials to run in any case, on top of ``prior``.
+        deadline: ``time.monotonic()`` after which no trial starts and a running one is
+            stopped (its measured steps still count); the fix loop's budget.
+        warmup/steps: steps before / inside the measured window.
         timeout: seconds per trial; a trial past it is stopped and recorded as ``timeout``.
         store: a :class:`~torchtriage.verify.store.RunStore` to record into, or None.
         progress: called before each trial (``label, k, n, None``) and after (with the trial).
@@ -151,7 +168,8 @@ def run_ab(
     Raises:
         TorchtriageError: bad settings, or the baseline failed (the trials are kept).
     """
-    knobs = dict(knobs or {})
+    base = dict(baseline_knobs or {})
+    knobs = {**base, **(knobs or {})}
     if trials < 2:
         raise TorchtriageError("--trials must be at least 2 per arm for a confidence interval")
     if warmup < MIN_WARMUP or steps < MIN_MEASURED_STEPS:
@@ -163,20 +181,25 @@ def run_ab(
     out.mkdir(parents=True, exist_ok=True)
     (out / "trials.jsonl").unlink(missing_ok=True)
     store_id = store.start_run("ab", command, knobs=knobs, out_dir=out) if store else None
-    arms = {"A": (command, {}), "B": (command_b, knobs)}
+    arms = {"A": (command, base), "B": (command_b, knobs)}
     done: list[Trial] = []
+    for arm, previous in (prior or {}).items():
+        done.extend(msgspec.structs.replace(t, arm=arm, idx=i, reused=True)
+                    for i, t in enumerate((t for t in previous if t.status == "ok"), 1))
     stopped: dict[str, str] = {}  # arm -> why it gets no more trials
-    order = [arm for i in range(trials) for arm in (("A", "B") if i % 2 == 0 else ("B", "A"))]
-    counters = {"A": 0, "B": 0}
+    fresh = 0
+    total = 2 * trials - len(done)
     try:
-        for k, arm in enumerate(order, 1):
-            if arm in stopped:
-                continue
-            counters[arm] += 1
-            label = _label(arm, knobs, candidate)
+        while (arm := _next_arm(done, trials)) is not None:
+            label = _label(arm, {k: v for k, v in knobs.items() if base.get(k) != v},
+                           candidate)
+            fresh += 1
             if progress:
-                progress(label, k, len(order), None)
-            trial = _run_trial(arm, counters[arm], *arms[arm], out, warmup, steps, timeout)
+                progress(label, fresh, total, None)
+            idx = sum(t.arm == arm for t in done) + 1
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            trial = _run_trial(arm, idx, *arms[arm], out, warmup, steps, timeout, deadline)
             done.append(trial)
             with open(out / "trials.jsonl", "ab") as f:
                 f.write(msgspec.json.encode(trial) + b"\n")
@@ -184,16 +207,19 @@ def run_ab(
                 store.add_trial(store_id, arm, trial.idx, trial.status,
                                 time.time() - trial.wall_s, msgspec.to_builtins(trial))
             if progress:
-                progress(label, k, len(order), trial)
+                progress(label, fresh, total, trial)
             if trial.status != "ok" and all(t.status != "ok" for t in done if t.arm == arm):
                 stopped[arm] = trial.error or trial.status  # fails from the start: it will again
-            if "A" in stopped:
+                break
+            if (adaptive and fresh % 2 == 0 and fresh >= min_fresh
+                    and _decided(done, knobs, min_effect)):
                 break
     except KeyboardInterrupt:
         if store:
             store.finish_run(store_id, "failed", "interrupted by the user")
         raise
     result = _result(done, arms, knobs, candidate, trials, warmup, steps, min_effect, out)
+    result.baseline_knobs = base
     result.store_id = store_id
     (out / "ab.json").write_text(result.to_json() + "\n")
     if store:
@@ -205,6 +231,44 @@ def run_ab(
     return result
 
 
+def _next_arm(done: list[Trial], trials: int) -> str | None:
+    """The next arm in ABBA order over the fresh trials (A B B A A B ..., starting with the arm
+    that has fewer trials when earlier ones are reused), skipping an arm that has ``trials``;
+    None when both have."""
+    count = {arm: sum(t.arm == arm for t in done) for arm in ("A", "B")}
+    if min(count.values()) >= trials:
+        return None
+    fresh = [t.arm for t in done if not t.reused]
+    reused = {arm: sum(t.arm == arm and t.reused for t in done) for arm in ("A", "B")}
+    first = "B" if reused["B"] < reused["A"] else "A"
+    other = "B" if first == "A" else "A"
+    k = len(fresh)
+    while True:
+        arm = first if k % 4 in (0, 3) else other
+        if count[arm] < trials:
+            return arm
+        k += 1
+
+
+FAR_SLOWER = 3.0  # a candidate this many times slower in its first trial is not tried again
+
+
+def _decided(done: list[Trial], knobs: dict[str, Any], min_effect: float) -> bool:
+    """Whether the trials so far already answer the question (see ``run_ab(adaptive=)``)."""
+    a = [t for t in done if t.arm == "A" and t.status == "ok"]
+    b = [t for t in done if t.arm == "B" and t.status == "ok"]
+    if a and b and min(t.mean_step_ms for t in b) > FAR_SLOWER * max(t.mean_step_ms
+                                                                         for t in a):
+        return True
+    if len(a) < 2 or len(b) < 2:
+        return False
+    if check_parity([t.losses for t in a], [t.losses for t in b], knobs).status == "fail":
+        return True
+    s = speedup_interval([t.step_ms for t in a], [t.step_ms for t in b], statistic="mean")
+    inside = 1 / (1 + min_effect) < s.ci_low and s.ci_high < 1 + min_effect
+    return verdict(s, min_effect) != "no_change" or inside
+
+
 def _label(arm: str, knobs: dict[str, Any], candidate: list[str] | None) -> str:
     if arm == "A":
         return "A baseline"
@@ -214,19 +278,26 @@ def _label(arm: str, knobs: dict[str, Any], candidate: list[str] | None) -> str:
 
 
 def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], out: Path,
-               warmup: int, steps: int, timeout: float | None) -> Trial:
+               warmup: int, steps: int, timeout: float | None,
+               deadline: float | None = None) -> Trial:
     trial_dir = out / "trials" / f"{arm}{idx}"
     trial_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    left = deadline - time.monotonic() if deadline is not None else None
+    by_budget = left is not None and (timeout is None or left < timeout)
     result = run_command(command, trial_dir, knobs=knobs, max_steps=warmup + steps,
-                         timeout=timeout, mode="time", warmup=warmup,
-                         log=trial_dir / "output.log")
+                         timeout=max(left, 1.0) if by_budget else timeout, mode="time",
+                         warmup=warmup, log=trial_dir / "output.log")
     wall = round(time.perf_counter() - start, 3)
     base = {"arm": arm, "idx": idx, "returncode": result.returncode, "wall_s": wall,
             "dir": str(trial_dir)}
     records = result.records
-    if result.timed_out:
+    if result.timed_out and not by_budget:
         return Trial(status="timeout", error=f"ran past the {timeout:g}s trial timeout", **base)
+    note = None
+    if result.timed_out:  # stopped at the end of the budget: its measured steps still count
+        note = "stopped at the end of the budget"
+        result.returncode = base["returncode"] = 0
     exits = [r.get("exit_exception") or "" for r in records]
     if any("OutOfMemoryError" in e or "out of memory" in e for e in exits):
         return Trial(status="oom", error=next(e for e in exits if e), **base)
@@ -241,7 +312,7 @@ def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], ou
         why = ("no training step detected (no optimizer.step() and no torchtriage.step())"
                if not detected else f"the script ran {detected} step(s); a trial needs "
                f"{warmup} warm-up + at least {MIN_MEASURED_STEPS} measured")
-        return Trial(status="too_few_steps", error=why, **base)
+        return Trial(status="too_few_steps", error=note or why, **base)
     step_ms = [round(max(t[i] for t in measured), 3) for i in range(n)]
     mean_ms = statistics.fmean(step_ms)
     rank0 = next((r for r in records if r.get("rank", 0) == 0), records[0])
@@ -252,7 +323,7 @@ def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], ou
         warmup_end_s=rank0.get("warmup_end_s"), compile=rank0.get("compile"),
         batch_size=statistics.median(rank0["batch_sizes"]) if rank0.get("batch_sizes")
         else None,
-        **base)
+        error=note, **base)
 
 
 def _failure(returncode: int, exits: list[str], trial_dir: Path) -> str:
@@ -310,6 +381,8 @@ def _result(done: list[Trial], arms, knobs, candidate, trials, warmup, steps, mi
     s = speedup_interval([t.step_ms for t in a_ok], [t.step_ms for t in b_ok],
                          statistic="mean")
     speed = verdict(s, min_effect)
+    if min(len(a_ok), len(b_ok)) < 2:  # no spread to judge by: only a gross slowdown counts
+        speed = "slower" if s.speedup < 1 / FAR_SLOWER else "no_change"
     final = "changes_results" if parity.status == "fail" else speed
     startup = _startup(a, b, b_ok, s.a_ms, s.b_ms)
     result = ABResult(summary="", verdict=final, speed_verdict=speed,
@@ -360,6 +433,8 @@ def _summary(r: ABResult) -> str:
                            f"({interval}) is not a win",
     }
     text = words[r.verdict] + "."
+    if min(r.a.trials_ok, r.b.trials_ok) < 2:
+        text += " Only one trial in an arm: the interval shows no spread."
     not_applied = [k for k, o in r.knobs.items() if not o.applied]
     if not_applied:
         text += f" Not applied: {', '.join(not_applied)}."

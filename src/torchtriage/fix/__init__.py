@@ -1,0 +1,1 @@
+"""The closed loop: diagnose, try the fixes in cost order, verify each, keep what is proven."""

@@ -1,0 +1,396 @@
+"""``torchtriage fix``: profile, diagnose, try the bottleneck layer's fixes in cost order,
+verify each with an A/B, keep what is proven, re-profile, move on.
+
+1. Profile the command as written and diagnose it (round 0).
+2. Take the primary layer's prescriptions in cost order. Each one that can be injected as a
+   knob (:mod:`torchtriage.fix.candidates`) is A/B-tested against the best configuration so
+   far, value after value while each value beats the last (``num_workers`` 2, 4, 8, ...;
+   ``compile.mode`` from the cheapest compile up). A/Bs stop as soon as the answer is clear
+   (``run_ab(adaptive=True)``), and the kept configuration's own trials serve as the next
+   baseline, so a value search costs few trials. Failed, timed-out and OOM trials are recorded
+   as such; the candidate is dropped, the run goes on.
+3. A fix is kept only when it is significantly faster and passes loss parity. After a kept
+   fix the configuration is profiled again and the loop continues with whatever layer is now
+   the bottleneck. On the `memory` layer the ladder (:mod:`torchtriage.fix.ladder`) looks for
+   the cheapest rung that fits instead.
+4. It stops when the layer has nothing injectable left, nothing was proven, or the budget is
+   spent; then an A/B of the final configuration against the original gives the speedup with
+   its interval, and ``fix.json``, ``fix.md`` and ``fix.patch`` are written.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from torchtriage.capture.runner import rank_files, run_command, write_diagnosis
+from torchtriage.errors import TorchtriageError
+from torchtriage.fix import ladder
+from torchtriage.fix.candidates import machine_context, search_for
+from torchtriage.fix.patch import make_patch
+from torchtriage.fix.result import Attempt, FixResult, FixStep, Profiled
+from torchtriage.verify import policy
+from torchtriage.verify.ab import ABResult, Trial, run_ab
+
+PROFILE_STEPS = 9  # the seed schedule (1 wait + 2 warm-up + 5 active) and one more
+COMPILE_ESTIMATE_S = 45.0  # cold torch.compile, before one has been measured
+Progress = Callable[[str, int, int, Trial | None], None]
+
+
+class _Budget:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.start = time.monotonic()
+        self.trial_s: list[float] = []  # wall time of the A/B trials run so far
+        self.profile_s = 0.0  # the first profile run: the estimate before any trial
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def allows(self, trials: int, compile_s: float = 0.0) -> tuple[bool, float]:
+        """Whether ``trials`` more trials fit in what is left, and the estimate."""
+        recent = self.trial_s[-8:]
+        per_trial = sum(recent) / len(recent) if recent else (self.profile_s or 10.0)
+        need = trials * per_trial + compile_s * trials / 2
+        return self.elapsed + need <= self.seconds, need
+
+
+def run_fix(
+    command: list[str],
+    out: Path,
+    *,
+    budget_s: float = 600.0,
+    trials: int = 4,
+    warmup: int = 3,
+    steps: int = 10,
+    timeout: float | None = None,
+    device_memory: int | None = None,
+    min_effect: float = policy.MIN_EFFECT.value,
+    store=None,
+    progress: Progress | None = None,
+    cwd: Path | None = None,
+) -> FixResult:
+    """Run the loop described in the module docstring; returns (and writes) ``fix.json``.
+
+    Args:
+        command: the training command, as for ``torchtriage run`` (python or torchrun).
+        budget_s: wall-clock budget for the whole loop; no A/B starts that would not fit.
+        trials: the most trials per arm of each A/B (they stop earlier when clear).
+        device_memory: capacity for the memory rule on CPU, as for ``run``.
+
+    Raises:
+        TorchtriageError: the command fails as written (nothing to fix from).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    budget = _Budget(budget_s)
+    store_id = store.start_run("fix", command, out_dir=out) if store else None
+    loop = _Loop(command, out, budget, trials, warmup, steps, timeout, device_memory,
+                 min_effect, progress)
+    try:
+        result = loop.run()
+    except BaseException:
+        if store:
+            store.finish_run(store_id, "failed", "fix did not finish")
+        raise
+    patch = make_patch(loop.kept, loop.outcomes(), command, cwd)
+    if patch.diff:
+        (out / "fix.patch").write_text(patch.diff)
+        result.patch_file = str(out / "fix.patch")
+        result.patch_files = patch.files
+    result.instructions = patch.instructions
+    result.store_id = store_id
+    result.summary = _summary(result)
+    (out / "fix.json").write_text(result.to_json() + "\n")
+    from torchtriage.report.fix_view import fix_markdown
+
+    (out / "fix.md").write_text(fix_markdown(result, patch.diff))
+    if store:
+        store.finish_run(store_id, "done", result.headline(), msgspec.to_builtins(result))
+    return result
+
+
+class _Loop:
+    def __init__(self, command, out, budget, trials, warmup, steps, timeout, device_memory,
+                 min_effect, progress) -> None:
+        self.command, self.out, self.budget = command, out, budget
+        self.trials, self.warmup, self.steps, self.timeout = trials, warmup, steps, timeout
+        self.device_memory, self.min_effect, self.progress = device_memory, min_effect, progress
+        self.kept: dict[str, Any] = {}
+        self.kept_order: list[dict[str, Any]] = []
+        self.fix_steps: list[FixStep] = []
+        self.rounds: list[Profiled] = []
+        self.original: list[Trial] = []  # baseline trials of the original configuration
+        self.incumbent: list[Trial] = []  # trials of the current kept configuration
+        self.trials_run = 0
+        self.ab_count = 0
+        self.last_dirs: list[str] = []  # trial dirs of the kept configuration
+
+    # --- profiling ----------------------------------------------------------------------
+
+    def profile(self, knobs: dict[str, Any], label: str) -> tuple[Any, list[float], bool]:
+        run_dir = self.out / "profiles" / f"{len(self.rounds)}-{label}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self._say(f"profiling ({label})")
+        start = time.monotonic()
+        result = run_command(self.command, run_dir, knobs=knobs, max_steps=PROFILE_STEPS,
+                             timeout=self.timeout, device_memory=self.device_memory,
+                             log=run_dir / "output.log")
+        self.budget.profile_s = self.budget.profile_s or time.monotonic() - start
+        oom = any(r.get("oom") for r in result.records)
+        losses = [x["loss"] for r in result.records if r.get("rank", 0) == 0
+                  for x in r.get("losses", [])]
+        if not result.traces:
+            return None, losses, oom
+        write_diagnosis(result, self.device_memory)
+        return _representative(result.diagnoses), losses, oom
+
+    def _round(self, diagnosis, knobs: dict[str, Any], label: str) -> None:
+        self.rounds.append(Profiled(
+            round=len(self.rounds), knobs=dict(knobs), primary=diagnosis.primary,
+            confidence=diagnosis.confidence,
+            median_step_ms=diagnosis.breakdown.median_step_ms, summary=diagnosis.summary,
+            peak_fraction=ladder.peak_fraction(diagnosis),
+            run_dir=str(self.out / "profiles" / f"{len(self.rounds)}-{label}")))
+
+    # --- the loop -----------------------------------------------------------------------
+
+    def run(self) -> FixResult:
+        diagnosis, losses, _ = self.profile({}, "original")
+        if diagnosis is None:
+            log = self.out / "profiles" / "0-original" / "output.log"
+            raise TorchtriageError(f"the command recorded no training step as written, so "
+                                   f"there is nothing to fix (its output: {log})")
+        self._round(diagnosis, {}, "original")
+        original_losses = losses
+        tried: set[str] = set()
+        stopped = ""
+        while not stopped:
+            layer = diagnosis.primary
+            if layer == "memory":
+                steps, rung, after = ladder.climb(self.profile, self.kept, len(self.rounds) - 1,
+                                                  diagnosis, original_losses)
+                self.fix_steps.extend(steps)
+                if rung is None:
+                    stopped = "no memory rung that can be injected fits"
+                    break
+                self._keep(rung)
+                self.incumbent = []
+                diagnosis = after
+                self._round(after, self.kept, "memory")
+                continue
+            todo = [p for p in diagnosis.prescriptions if p.layer == layer and p.id not in tried]
+            if not todo:
+                stopped = f"nothing left to try for the {layer} layer"
+                break
+            kept_one = False
+            for prescription in todo:
+                tried.add(prescription.id)
+                outcome = self._try(prescription, layer, diagnosis)
+                if outcome == "budget":
+                    stopped = "the budget is spent"
+                    break
+                if outcome == "baseline_failed":
+                    stopped = "the configuration kept so far failed in an A/B trial"
+                    break
+                if outcome == "kept":
+                    kept_one = True
+                    break
+            if stopped:
+                break
+            if not kept_one:
+                stopped = f"no {layer} fix was proven faster"
+                break
+            diagnosis, _, _ = self.profile(self.kept, f"round{len(self.rounds)}")
+            if diagnosis is None:
+                stopped = "the kept configuration recorded no trace"
+                break
+            self._round(diagnosis, self.kept, f"round{len(self.rounds)}")
+        return self._finish(stopped)
+
+    def _try(self, prescription, layer: str, diagnosis) -> str:
+        round_no = len(self.rounds) - 1
+        search = search_for(prescription.id, machine_context(self.kept, diagnosis))
+        if search is None:
+            self.fix_steps.append(FixStep(
+                round=round_no, layer=layer, prescription=prescription.id, knob=None,
+                result="not_injectable", why=f"needs a code change: {prescription.code}"))
+            return "not_injectable"
+        if search.why_not:
+            self.fix_steps.append(FixStep(round=round_no, layer=layer,
+                                          prescription=prescription.id, knob=search.knob,
+                                          result="skipped", why=search.why_not))
+            return "skipped"
+        values = [v for v in search.values if self.kept.get(search.knob) != v]
+        if not values:  # already kept (the memory ladder's bf16 rung, say)
+            return "skipped"
+        step = FixStep(round=round_no, layer=layer, prescription=prescription.id,
+                       knob=search.knob, result="dropped", why="", attempts=[])
+        self.fix_steps.append(step)
+        for value in values:
+            compiling = search.knob == "compile.mode"
+            fresh = 2 if self.incumbent else 4
+            fits, need = self.budget.allows(fresh, COMPILE_ESTIMATE_S if compiling else 0.0)
+            if not fits:
+                step.why = (step.why + "; " if step.why else "") + (
+                    f"{search.knob}={value!r} not tried: it needs ~{need:.0f} s, "
+                    f"{max(self.budget.seconds - self.budget.elapsed, 0):.0f} s of the budget "
+                    "left")
+                if step.kept_value is None:
+                    step.result = "skipped"
+                return "budget" if step.kept_value is None else "kept"
+            knobs = {search.knob: value, **(search.extra or {})}
+            try:
+                ab = self._ab(knobs, f"{search.knob}={value}")
+            except TorchtriageError as exc:  # the baseline arm itself failed
+                step.result = "failed"
+                step.why = f"{search.knob}={value!r}: {exc}"
+                return "baseline_failed"
+            attempt = _attempt(value, ab)
+            step.attempts.append(attempt)
+            if ab.verdict == "faster":
+                step.result, step.kept_value = "kept", value
+                step.why = f"{search.knob}={value!r}: {attempt.note}"
+                self._keep(knobs)
+                self.incumbent = [t for t in ab.trials if t.arm == "B" and t.status == "ok"]
+                self.last_dirs = [t.dir for t in self.incumbent]
+                continue
+            reason = f"{search.knob}={value!r}: {attempt.note}"
+            if step.kept_value is None:
+                step.result = "failed" if ab.verdict == "failed" else "dropped"
+                step.why = reason
+            else:
+                step.why += f"; then {reason}"
+            break
+        return "kept" if step.kept_value is not None else step.result
+
+    def _ab(self, knobs: dict[str, Any], label: str) -> ABResult:
+        self.ab_count += 1
+        ab_dir = self.out / "ab" / f"{self.ab_count:02d}-{label}"
+        prefix = f"{label}: "
+        progress = (lambda text, k, n, trial: self.progress(prefix + text, k, n, trial)
+                    ) if self.progress else None
+        ab = run_ab(self.command, ab_dir, knobs=knobs, baseline_knobs=self.kept,
+                    trials=self.trials, adaptive=True, warmup=self.warmup, steps=self.steps,
+                    timeout=self.timeout, min_effect=self.min_effect, progress=progress,
+                    prior={"A": self.incumbent} if self.incumbent else None,
+                    deadline=self.budget.start + self.budget.seconds)
+        fresh = [t for t in ab.trials if not t.reused]
+        self.trials_run += len(fresh)
+        self.budget.trial_s.extend(t.wall_s for t in fresh)
+        if not self.kept and not self.original:
+            self.original = [t for t in ab.trials if t.arm == "A" and t.status == "ok"]
+        return ab
+
+    def _keep(self, knobs: dict[str, Any]) -> None:
+        for knob, value in knobs.items():
+            self.kept[knob] = value
+            self.kept_order = [k for k in self.kept_order if k["knob"] != knob]
+            self.kept_order.append({"knob": knob, "value": value})
+
+    def _finish(self, stopped: str) -> FixResult:
+        final: ABResult | None = None
+        if self.kept and self.original:
+            self._say("final A/B: kept configuration against the original")
+            progress = (lambda text, k, n, trial: self.progress("final: " + text, k, n, trial)
+                        ) if self.progress else None
+            final = run_ab(self.command, self.out / "final", knobs=self.kept, trials=self.trials,
+                           adaptive=True, min_fresh=2, warmup=self.warmup, steps=self.steps,
+                           timeout=self.timeout, min_effect=self.min_effect, progress=progress,
+                           prior={"A": self.original, "B": self.incumbent})
+            self.trials_run += sum(not t.reused for t in final.trials)
+            self.last_dirs = [t.dir for t in final.trials if t.arm == "B" and not t.reused
+                              and t.status == "ok"] + self.last_dirs
+        return FixResult(
+            summary="", command=self.command, kept=self.kept_order,
+            speedup=final.speedup if final else None, ci_low=final.ci_low if final else None,
+            ci_high=final.ci_high if final else None, verdict=final.verdict if final else None,
+            original_steps_per_s=final.a.steps_per_s if final else None,
+            final_steps_per_s=final.b.steps_per_s if final else None,
+            steps=self.fix_steps, rounds=self.rounds, stopped_because=stopped,
+            budget_s=self.budget.seconds, elapsed_s=round(self.budget.elapsed, 1),
+            trials_run=self.trials_run, out=str(self.out))
+
+    def outcomes(self) -> dict[str, dict[str, Any]]:
+        """Knob outcomes (with the call sites they changed) from the kept configuration's
+        trials, or the last profile round."""
+        dirs = [Path(d) for d in self.last_dirs]
+        if self.rounds:
+            dirs.append(Path(self.rounds[-1].run_dir))
+        merged: dict[str, dict[str, Any]] = {}
+        for d in dirs:
+            for record in rank_files(d)[1] if d.is_dir() else []:
+                for knob, entry in (record.get("knobs") or {}).items():
+                    have = merged.setdefault(knob, dict(entry, where=list(entry.get("where")
+                                                                          or [])))
+                    for w in entry.get("where") or []:
+                        if w not in have["where"]:
+                            have["where"].append(w)
+        return merged
+
+    def _say(self, text: str) -> None:
+        if self.progress:
+            self.progress(text, 0, 0, None)
+
+
+def _representative(diagnoses: list) -> Any:
+    """One diagnosis to act on: the only one, or for several ranks the job's primary layer
+    as seen by a rank that has it (its prescriptions are that layer's)."""
+    if len(diagnoses) == 1:
+        return diagnoses[0]
+    from torchtriage.diagnosis.job import diagnose_job
+
+    job = diagnose_job(diagnoses)
+    if job.straggler is not None:
+        return next(d for d in diagnoses if (d.trace.rank or 0) == job.straggler.rank)
+    return next((d for d in diagnoses if d.primary == job.primary), diagnoses[0])
+
+
+def _attempt(value: Any, ab: ABResult) -> Attempt:
+    compiled = next((t.compile for t in ab.trials if t.arm == "B" and t.compile), None)
+    if ab.verdict == "failed":
+        note = ab.summary
+    elif ab.speedup is None:
+        note = ab.verdict
+    else:
+        note = f"{ab.verdict} {ab.speedup:.2f}x [{ab.ci_low:.2f}-{ab.ci_high:.2f}]"
+        if ab.verdict == "changes_results":
+            note += f", losses deviate {ab.parity.max_deviation:.2g} > {ab.parity.tolerance:.2g}"
+    if compiled:
+        note += f"; compile {compiled['seconds']:.1f} s"
+        if ab.startup and ab.startup.break_even_steps:
+            note += f", pays back after {ab.startup.break_even_steps} steps"
+        if ab.verdict != "faster":
+            note += (f"; {compiled['graph_breaks']} graph break(s), {compiled['recompiles']} "
+                     "recompile(s)")
+            if compiled.get("graph_break_reasons"):
+                note += f" (first: {compiled['graph_break_reasons'][0][:120]})"
+    not_applied = [k for k, o in ab.knobs.items() if not o.applied]
+    if not_applied:
+        note += f"; not applied: {', '.join(not_applied)} ({ab.knobs[not_applied[0]].detail})"
+    return Attempt(value=value, verdict=ab.verdict, speedup=ab.speedup, ci_low=ab.ci_low,
+                   ci_high=ab.ci_high, parity=ab.parity.status,
+                   trials=sum(not t.reused for t in ab.trials),
+                   seconds=round(sum(t.wall_s for t in ab.trials if not t.reused), 1),
+                   compile=compiled, note=note, ab_dir=ab.out)
+
+
+def _summary(r: FixResult) -> str:
+    if not r.kept:
+        return f"nothing kept: {r.stopped_because}."
+    kept = ", ".join(f"{k['knob']}={k['value']!r}" for k in r.kept)
+    if r.speedup is None:
+        return f"kept {kept}; stopped because {r.stopped_because}."
+    return (f"kept {kept}: {r.speedup:.2f}x faster than the original ({r.ci_low:.2f}-"
+            f"{r.ci_high:.2f}x, {r.verdict}); stopped because {r.stopped_because}.")
+
+
+def load_fix(path: Path) -> FixResult:
+    return msgspec.json.decode(path.read_bytes(), type=FixResult)
+
+
+__all__ = ["load_fix", "run_fix"]
