@@ -4,7 +4,9 @@ The losses of the first :data:`~torchtriage.verify.policy.PARITY_STEPS` training
 candidate trial are compared with the per-step median of the baseline trials. The deviation is
 the largest absolute difference over the mean absolute baseline loss (robust to losses near 0).
 The tolerance follows the candidate's precision; when identical baseline runs already differ,
-it widens to a multiple of their own spread, and says so.
+the comparison switches to the root-mean-square difference over the steps (single steps are
+then mostly noise) and the tolerance to a multiple of the baseline runs' own RMS difference,
+and says so.
 """
 
 from __future__ import annotations
@@ -26,9 +28,17 @@ class Parity(msgspec.Struct, kw_only=True):
     precision: str  # fp32 | compiled | tf32 | low (bf16/fp16)
     tolerance: float
     max_deviation: float | None = None  # over all candidate trials
-    baseline_spread: float | None = None  # largest deviation between identical baseline runs
+    baseline_spread: float | None = None  # largest difference between identical baseline runs
     steps_compared: int = 0
     detail: str = ""
+
+
+def _largest(x: np.ndarray, y: np.ndarray) -> float:
+    return float(np.max(np.abs(x - y)))
+
+
+def _rms(x: np.ndarray, y: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((x - y) ** 2)))
 
 
 def precision_of(knobs: Mapping[str, Any]) -> tuple[str, Threshold]:
@@ -68,15 +78,22 @@ def check_parity(
     if not np.all(np.isfinite(base_m)):
         return Parity(status="unchecked", precision=precision, tolerance=threshold.value,
                       steps_compared=k, detail="the baseline's losses are not finite")
-    spread = max(float(np.max(np.abs(t[:k] - reference))) / scale for t in base)
+    # the largest difference between two identical baseline runs (0 with one run)
+    pairs = [(x[:k], y[:k]) for i, x in enumerate(base) for y in base[i + 1:]]
+    spread = max((float(np.max(np.abs(x - y))) / scale for x, y in pairs), default=0.0)
     tolerance = threshold.value
     detail = f"{precision} tolerance {tolerance:g} ({threshold.name})"
+    deviation = _largest
     if spread * policy.PARITY_NOISE_FACTOR.value > tolerance:
+        # Noisy baseline: single steps are mostly noise, so compare the root-mean-square
+        # difference over the steps (stable with few runs) instead of the largest one.
+        deviation = _rms
+        spread = max(_rms(x, y) / scale for x, y in pairs)
         tolerance = spread * policy.PARITY_NOISE_FACTOR.value
-        detail = (f"identical baseline runs differ by {spread:.2g} (unseeded or "
-                  f"nondeterministic): tolerance widened to {tolerance:.2g}")
-    deviations = [float(np.max(np.abs(t[:k] - reference))) / scale for t in cand]
-    worst = max(deviations)
+        detail = (f"identical baseline runs differ by {spread:.2g} (RMS over {k} steps; "
+                  f"unseeded or nondeterministic): candidate judged by its RMS difference, "
+                  f"tolerance widened to {tolerance:.2g}")
+    worst = max(deviation(t[:k], reference) / scale for t in cand)
     if not np.isfinite(worst):
         return Parity(status="fail", precision=precision, tolerance=tolerance,
                       baseline_spread=spread, steps_compared=k,
