@@ -273,6 +273,14 @@ def test_ab_candidate_crash_is_a_failed_trial_not_a_traceback(tmp_path):
     assert "boom" in failed[0]["error"]
 
 
+def test_ab_out_of_memory_candidate_is_an_oom_trial(tmp_path):
+    proc, result = ab(tmp_path, "--trials", "2", "--steps", "4", "--candidate",
+                      f"python {TINY} --oom-at 5", "--", "python", TINY)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    (oom,) = [t for t in result["trials"] if t["arm"] == "B"]
+    assert oom["status"] == "oom" and "OutOfMemoryError" in oom["error"]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--", "python", TINY, "--crash"], "the baseline failed"),
     (["--", "python", TINY, "--steps", "3"], "a trial needs 3 warm-up"),

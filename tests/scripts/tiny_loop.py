@@ -3,6 +3,7 @@
     --steps N        optimizer steps to run (default 50)
     --sleep-ms M     extra host time per step
     --crash          raise after the first step
+    --oom-at K       raise torch.OutOfMemoryError at step K
     --unseeded       draw the data from an unseeded generator (losses differ run to run)
     --scale S        multiply the loss (a "fix" that changes results)
 """
@@ -16,6 +17,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=50)
 parser.add_argument("--sleep-ms", type=float, default=0.0)
 parser.add_argument("--crash", action="store_true")
+parser.add_argument("--oom-at", type=int, default=None)
 parser.add_argument("--unseeded", action="store_true")
 parser.add_argument("--scale", type=float, default=1.0)
 args = parser.parse_args()
@@ -24,7 +26,7 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 gen = torch.Generator().manual_seed(int(time.time_ns()) if args.unseeded else 1)
-for _ in range(args.steps):
+for step in range(args.steps):
     x = torch.randn(32, 64, generator=gen)
     loss = model(x).pow(2).mean() * args.scale
     opt.zero_grad()
@@ -32,5 +34,7 @@ for _ in range(args.steps):
     opt.step()
     if args.sleep_ms:
         time.sleep(args.sleep_ms / 1e3)
+    if step == args.oom_at:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     if args.crash:
         raise RuntimeError("boom: the candidate crashed")

@@ -257,8 +257,10 @@ class AutoRun:
             self.out.mkdir(parents=True, exist_ok=True)
             error = (None if self.timing
                      else f"{self.steps} step(s) ran, fewer than --skip {self.skip}")
+            from torchtriage.capture.session import is_out_of_memory
+
             record = {"schema": "torchtriage.run/1", "argv": sys.argv, "trace": None,
-                      "error": error, **extra}
+                      "error": error, "oom": failed and is_out_of_memory(exc), **extra}
             (self.out / f"run.rank{self.rank}.json").write_text(json.dumps(record, indent=2))
         # A process that never trained (a launcher such as torchrun's agent, a helper
         # process) writes nothing: it must not overwrite the record of the rank it shares a

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from torchtriage.errors import TorchtriageError
 from torchtriage.trace.discover import TRACE_SUFFIXES
 
@@ -40,13 +38,23 @@ class RunResult:
 
     @property
     def knobs(self) -> dict[str, dict[str, Any]]:
-        """Knob outcomes merged over ranks (applied anywhere counts as applied)."""
-        merged: dict[str, dict[str, Any]] = {}
-        for record in self.records:
-            for knob, entry in (record.get("knobs") or {}).items():
-                if knob not in merged or (entry["applied"] and not merged[knob]["applied"]):
-                    merged[knob] = dict(entry)
-        return merged
+        """Knob outcomes merged over ranks (see :func:`merge_knob_logs`)."""
+        return merge_knob_logs(self.records)
+
+
+def merge_knob_logs(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Knob outcomes merged over run records (ranks, trials): applied anywhere counts as
+    applied, with that outcome's detail; the call sites each changed (``where``) are united."""
+    merged: dict[str, dict[str, Any]] = {}
+    for record in records:
+        for knob, entry in (record.get("knobs") or {}).items():
+            have = merged.get(knob)
+            if have is None or (entry["applied"] and not have["applied"]):
+                have = merged[knob] = dict(entry, where=list(have["where"]) if have else [])
+            for site in entry.get("where") or []:
+                if site not in have["where"]:
+                    have["where"].append(site)
+    return merged
 
 
 def run_command(
@@ -174,13 +182,12 @@ def diagnose_run_dir(out: Path, traces: list[Path], records: list[dict[str, Any]
 
 
 def read_diagnoses(path: Path) -> list[Any]:
-    from torchtriage.diagnosis.result import Diagnosis, decode_diagnosis
+    """The rank diagnoses in a ``diagnosis.json`` (one diagnosis, or a job's)."""
+    from torchtriage.diagnosis.job import JobDiagnosis
+    from torchtriage.documents import decode_document
 
-    raw = path.read_bytes()
-    doc = json.loads(raw)
-    if doc.get("schema") == "torchtriage.job/1":
-        return [msgspec.convert(d, Diagnosis) for d in doc["diagnoses"]]
-    return [decode_diagnosis(raw)]
+    doc = decode_document(json.loads(path.read_bytes()))
+    return list(doc.diagnoses) if isinstance(doc, JobDiagnosis) else [doc]
 
 
 def rank_files(out: Path) -> tuple[list[Path], list[dict[str, Any]]]:

@@ -27,7 +27,12 @@ from typing import Any
 
 import msgspec
 
-from torchtriage.capture.runner import rank_files, run_command, write_diagnosis
+from torchtriage.capture.runner import (
+    merge_knob_logs,
+    rank_files,
+    run_command,
+    write_diagnosis,
+)
 from torchtriage.errors import TorchtriageError
 from torchtriage.fix import ladder
 from torchtriage.fix.candidates import machine_context, search_for
@@ -321,16 +326,7 @@ class _Loop:
         dirs = [Path(d) for d in self.last_dirs]
         if self.rounds:
             dirs.append(Path(self.rounds[-1].run_dir))
-        merged: dict[str, dict[str, Any]] = {}
-        for d in dirs:
-            for record in rank_files(d)[1] if d.is_dir() else []:
-                for knob, entry in (record.get("knobs") or {}).items():
-                    have = merged.setdefault(knob, dict(entry, where=list(entry.get("where")
-                                                                          or [])))
-                    for w in entry.get("where") or []:
-                        if w not in have["where"]:
-                            have["where"].append(w)
-        return merged
+        return merge_knob_logs([r for d in dirs if d.is_dir() for r in rank_files(d)[1]])
 
     def _say(self, text: str) -> None:
         if self.progress:
@@ -388,9 +384,3 @@ def _summary(r: FixResult) -> str:
     return (f"kept {kept}: {r.speedup:.2f}x faster than the original ({r.ci_low:.2f}-"
             f"{r.ci_high:.2f}x, {r.verdict}); stopped because {r.stopped_because}.")
 
-
-def load_fix(path: Path) -> FixResult:
-    return msgspec.json.decode(path.read_bytes(), type=FixResult)
-
-
-__all__ = ["load_fix", "run_fix"]

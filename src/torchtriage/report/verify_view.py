@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-import io
-from typing import Any
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 _VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "no_change": "bold yellow",
                   "changes_results": "bold red", "failed": "bold red"}
-
-
-def to_text(renderable: Any, *, width: int = 110) -> str:
-    """Any renderable as plain text (no colour codes)."""
-    buf = io.StringIO()
-    Console(file=buf, width=width, color_system=None, force_terminal=False).print(renderable)
-    return buf.getvalue()
 
 
 def comparison_renderable(c) -> RenderableType:

@@ -10,7 +10,6 @@ process is stopped after them. Every trial is written to the run store and to
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from typing import Any
 import msgspec
 
 from torchtriage import __version__
-from torchtriage.capture.runner import run_command
+from torchtriage.capture.runner import merge_knob_logs, rank_files, run_command
 from torchtriage.documents import JsonDocument
 from torchtriage.errors import TorchtriageError
 from torchtriage.verify import policy
@@ -116,10 +115,6 @@ class ABResult(JsonDocument, msgspec.Struct, kw_only=True):
         from torchtriage.report.verify_view import ab_renderable
 
         return ab_renderable(self)
-
-
-def decode_ab(data: bytes | str) -> ABResult:
-    return msgspec.json.decode(data, type=ABResult)
 
 
 ProgressFn = Callable[[str, int, int, Trial | None], None]
@@ -299,7 +294,7 @@ def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], ou
         note = "stopped at the end of the budget"
         result.returncode = base["returncode"] = 0
     exits = [r.get("exit_exception") or "" for r in records]
-    if any("OutOfMemoryError" in e or "out of memory" in e for e in exits):
+    if any(r.get("oom") for r in records):  # set by the bootstrap's is_out_of_memory()
         return Trial(status="oom", error=next(e for e in exits if e), **base)
     if result.returncode != 0:
         return Trial(status="failed", error=_failure(result.returncode, exits, trial_dir),
@@ -393,18 +388,9 @@ def _result(done: list[Trial], arms, knobs, candidate, trials, warmup, steps, mi
 
 
 def _knob_outcomes(trials: list[Trial]) -> dict[str, KnobOutcome]:
-    out: dict[str, KnobOutcome] = {}
-    for t in trials:
-        for path in sorted(Path(t.dir).glob("run.rank*.json")):
-            try:
-                record = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            for knob, e in (record.get("knobs") or {}).items():
-                if knob not in out or (e["applied"] and not out[knob].applied):
-                    out[knob] = KnobOutcome(value=e["value"], applied=e["applied"],
-                                            detail=e["detail"])
-    return out
+    records = [r for t in trials if Path(t.dir).is_dir() for r in rank_files(Path(t.dir))[1]]
+    return {knob: KnobOutcome(value=e["value"], applied=e["applied"], detail=e["detail"])
+            for knob, e in merge_knob_logs(records).items()}
 
 
 def _startup(a: Arm, b: Arm, b_ok: list[Trial], a_ms: float, b_ms: float) -> Startup | None:

@@ -138,10 +138,6 @@ def compare_diagnoses(
     return comparison
 
 
-def decode_comparison(data: bytes | str) -> Comparison:
-    return msgspec.json.decode(data, type=Comparison)
-
-
 def _side(diagnoses: list[Diagnosis], path: str) -> Side:
     per_rank = [[s.wall_ms for s in d.breakdown.steps] for d in diagnoses if d.breakdown.steps]
     n = min(len(r) for r in per_rank)
