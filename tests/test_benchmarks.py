@@ -9,27 +9,23 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _run(script: str, *args: str) -> str:
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args],
-                            capture_output=True, text=True, timeout=300)
+def test_all_benchmarks_print_their_tables(shared_traces):
+    """`benchmarks/all.py --quick` runs every CPU benchmark on a small input."""
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "all.py"), "--quick"],
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def test_ingest_benchmark_quick(shared_traces):
-    out = _run("ingest.py", "--quick")
-    assert out.startswith("| trace | raw MB | orjson s")
-    assert "sampled_rank-0.json.gz" in out
-
-
-def test_classification_benchmark_quick(shared_traces):
-    out = _run("classification.py", "--quick")
+    out = result.stdout
+    for title in ("Trace scale", "Step overhead", "Classification accuracy", "A/B verdicts"):
+        assert f"## {title}" in out
+    # trace scale: a real trace, the synthetic one, and the 2-worker scaling row
+    assert "| trace | raw MB | orjson s (MB/s) | torchtriage s (MB/s) | HTA s" in out
+    assert "| sampled_rank-0.json.gz |" in out and "| synthetic_5MB.json |" in out
+    assert "| 2 |" in out
+    # step overhead
+    assert "| example | trials | none ms" in out and "| launch_bound | 1 |" in out
+    # classification
     assert "| shared/traces/kineto/resnet50_num_workers_0 | data_loading | data_loading |" in out
     assert "accuracy: 7/7" in out
-
-
-def test_ab_noise_benchmark_quick():
-    out = _run("ab_noise.py", "--quick")
-    assert out.startswith("| # | example | knob |")
+    # A/B verdicts
     assert "| data_starved | dataloader.num_workers=2 |" in out
     assert "no-op knob: no_change in" in out

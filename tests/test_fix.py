@@ -13,7 +13,8 @@ import pytest
 from torchtriage.fix.patch import make_patch
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = str(Path(__file__).parent / "scripts" / "tiny_loop.py")
+SCRIPTS = Path(__file__).parent / "scripts"
+TINY = str(SCRIPTS / "tiny_loop.py")
 
 
 def fix(tmp_path: Path, *args: str, cwd: Path = REPO, timeout: int = 600):
@@ -83,13 +84,32 @@ def test_memory_ladder_takes_the_cheapest_rung_that_fits(tmp_path):
     ladder = [s for s in result["steps"] if s["layer"] == "memory"]
     assert [s["prescription"] for s in ladder][:2] == ["memory.grad_accumulation",
                                                        "memory.activation_checkpointing"]
-    assert ladder[0]["result"] == "not_injectable"
+    # memory_pressure.py builds its batches without a DataLoader: nothing to split
+    assert ladder[0]["result"] == "not_applicable"
+    assert "no DataLoader" in ladder[0]["why"]
     rung = ladder[1]
     assert rung["result"] == "kept", rung
     before, after = result["rounds"][0]["peak_fraction"], rung["attempts"][0]["peak_fraction"]
     assert after < before and after < 0.9
     assert not any(s["prescription"] in ("memory.bf16", "memory.fsdp") for s in ladder)
     assert result["kept"][0] == {"knob": "memory.activation_checkpointing", "value": True}
+
+
+def test_memory_ladder_splits_dataloader_batches_before_anything_dearer(tmp_path):
+    # peak ~69 MB of a 72 MiB pretend device (92 %); 2 micro-batches: ~43 MB
+    proc, result, _ = fix(tmp_path, "--budget", "60s", "--device-memory", "72MiB", "--",
+                          "python", str(SCRIPTS / "memory_loader.py"), "--steps", "1000")
+    assert proc.returncode == 0, proc.stderr
+    assert result["rounds"][0]["primary"] == "memory"
+    ladder = [s for s in result["steps"] if s["layer"] == "memory"]
+    assert ladder[0]["prescription"] == "memory.grad_accumulation"
+    assert ladder[0]["result"] == "kept", ladder[0]
+    assert ladder[0]["kept_value"] == 2
+    attempt = ladder[0]["attempts"][0]
+    assert attempt["peak_fraction"] < 0.75 and attempt["parity"] == "pass"
+    assert len(ladder) == 1  # checkpointing, bf16 and FSDP never tried
+    assert result["kept"][0] == {"knob": "memory.grad_accumulation", "value": 2}
+    assert any("batch_size" in line and "accumulate" in line for line in result["instructions"])
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -130,3 +150,54 @@ def test_patch_edits_calls_and_adds_flags(tmp_path):
     assert "torch.backends.cuda.matmul.allow_tf32 = True" in text
     compile(text, "train.py", "exec")
     assert any("autocast" in line for line in patch.instructions)
+
+
+def _loop_for_order_tests(tmp_path: Path, outcomes: dict[str, str]):
+    """A fix loop whose A/B searches are replaced by given outcomes (the searches themselves
+    are covered by the end-to-end tests above); records the order of the searches."""
+    from torchtriage.fix.loop import _Budget, _Loop
+
+    loop = _Loop(["python", TINY], tmp_path, _Budget(600), 3, 3, 10, None, None, 0.02, None)
+    order: list[str] = []
+
+    def search(search, layer, round_no):
+        order.append(f"{search.prescription}:{search.knob}")
+        outcome = outcomes.get(search.knob, "dropped")
+        if outcome == "kept":
+            loop._keep({search.knob: search.values[0]})
+        return outcome, {"kept": "faster", "dropped": "no_change"}.get(outcome, outcome)
+
+    loop._search = search
+    return loop, order
+
+
+def _diagnosis(primary: str, prescriptions: list[tuple[str, str]], gpu: bool = True):
+    from types import SimpleNamespace as NS
+
+    return NS(primary=primary, trace=NS(mode="gpu" if gpu else "cpu", world_size=1),
+              collectives=[], prescriptions=[NS(id=i, layer=layer, code="...")
+                                             for i, layer in prescriptions])
+
+
+def test_loop_falls_back_to_foreach_then_to_the_runner_up_layer(tmp_path):
+    loop, order = _loop_for_order_tests(tmp_path, {"matmul.tf32": "kept"})
+    diagnosis = _diagnosis("host", [("optimizer.fused", "host"), ("sync.remove", "host"),
+                                    ("matmul.tf32", "kernel")])
+    assert loop._govern(diagnosis) == ""
+    # fused, then its foreach fallback, then (host proven nothing) the kernel layer
+    assert order == ["optimizer.fused:optimizer.fused", "optimizer.fused:optimizer.foreach",
+                     "matmul.tf32:matmul.tf32"]
+    assert [s.result for s in loop.fix_steps] == ["not_injectable"]
+    assert "only a code change" in loop.fix_steps[0].why
+    # after a kept fix, a no_change prescription is tried once more, then never again
+    assert loop._eligible("optimizer.fused") and not loop._eligible("matmul.tf32")
+    assert loop._govern(diagnosis).startswith("no host")
+    assert not loop._eligible("optimizer.fused") and not loop._eligible("sync.remove")
+    assert loop._govern(diagnosis) == "nothing left to try for the host or kernel layer"
+
+
+def test_loop_never_injects_a_change_of_effective_batch(tmp_path):
+    loop, order = _loop_for_order_tests(tmp_path, {})
+    diagnosis = _diagnosis("communication", [("ddp.grad_accumulation", "communication")])
+    assert loop._govern(diagnosis) == "nothing left to try for the communication layer"
+    assert order == [] and "effective batch" in loop.fix_steps[0].why

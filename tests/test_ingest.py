@@ -5,12 +5,16 @@ from __future__ import annotations
 import gzip
 import json
 
+import msgspec
 import numpy as np
 import pytest
 from conftest import write_trace, x
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from torchtriage.errors import TraceError
 from torchtriage.trace import EventKind, find_trace_files, load_trace
+from torchtriage.trace.stream import EventChunks
 
 
 def test_columns_hold_events_and_interned_names(tmp_path):
@@ -100,6 +104,8 @@ def test_input_dims_kept_raw(tmp_path):
         (b"[[1, 2], [3, 4]]", "top level is not a JSON object"),
         (b'{"schema": "1.0.3", "nodes": [{"id": 1}]}', "execution trace"),
         (b'{"traceEvents": [{"ph": "X", "ts": "soon"}]}', "not a Kineto trace"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2}, {"ph": "X", "ts"', "truncated trace"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2}]] }', "not valid JSON"),
     ],
 )
 def test_bad_files_raise_one_line_trace_error(tmp_path, content, message):
@@ -117,6 +123,53 @@ def test_truncated_gzip(tmp_path):
     p.write_bytes(data[: len(data) // 2])
     with pytest.raises(TraceError, match="truncated or corrupt gzip"):
         load_trace(p)
+
+
+def test_multi_member_gzip(tmp_path):
+    text = json.dumps({"traceEvents": [x("a", 0, 1), x("b", 2, 1)]}).encode()
+    p = tmp_path / "two.json.gz"
+    p.write_bytes(gzip.compress(text[:20]) + gzip.compress(text[20:]))
+    assert load_trace(p).events.names == ["a", "b"]
+
+
+_TEXT = st.text(alphabet='ab{}[]",:\\ \n\u00e9<>', max_size=12) | st.just('"}, {"x": [')
+
+
+@settings(max_examples=150, deadline=None)
+@given(names=st.lists(_TEXT, min_size=1, max_size=30), block=st.integers(1, 97),
+       before=st.booleans(), nested=st.booleans(), pretty=st.booleans())
+def test_streamed_chunks_are_exactly_the_events(tmp_path_factory, names, block, before, nested,
+                                                pretty):
+    """Cut at any block size, with brackets, quotes and backslashes in strings, other arrays
+    before the events and nested objects inside them: the chunks decode to the events, in
+    order, and what is outside the array survives."""
+    events = [{"ph": "X", "name": n, "ts": i, "dur": 1,
+               "args": {"Input Dims": [[1, 2], []], "objs": [{"a": n}, {"b": 1}],
+                        "note": {"k": [n]}} if nested else {}}
+              for i, n in enumerate(names)]
+    doc = {"deviceProperties": [{"id": 0, "name": "[gpu]"}]} if before else {}
+    doc.update(traceEvents=events, baseTimeNanoseconds=7, tail=["}]"])
+    path = tmp_path_factory.mktemp("s") / "t.json"
+    path.write_text(json.dumps(doc, indent=2 if pretty else None))
+    chunks = EventChunks(path, msgspec.json.decode, block_bytes=block)
+    seen = [e for chunk in chunks for e in chunk]
+    assert seen == events
+    outside = json.loads(chunks.outside)
+    assert outside == {**doc, "traceEvents": []}
+    assert chunks.raw_bytes == path.stat().st_size
+
+
+def test_a_trace_larger_than_the_memory_limit_is_refused(tmp_path, monkeypatch):
+    path = write_trace(tmp_path / "big.json", [x(f"op{i}", i, 1) for i in range(20000)])
+    assert len(load_trace(path).events) == 20000
+    monkeypatch.setenv("TORCHTRIAGE_MEMORY_LIMIT", "64KiB")
+    with pytest.raises(TraceError) as err:
+        load_trace(path)
+    assert "too large for the memory limit" in str(err.value)
+    assert "64.0 KiB (TORCHTRIAGE_MEMORY_LIMIT)" in str(err.value)
+    monkeypatch.setenv("TORCHTRIAGE_MEMORY_LIMIT", "lots")
+    with pytest.raises(TraceError, match="not a size"):
+        load_trace(path)
 
 
 def test_find_trace_files(tmp_path):

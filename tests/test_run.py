@@ -202,6 +202,25 @@ def test_ddp_knobs_on_two_ranks(tmp_path):
         assert "NCCL" in knobs["ddp.comm_hook"]["detail"]
 
 
+def test_grad_accumulation_splits_batches_and_all_reduces_once_per_step(tmp_path):
+    script = ["--", "torchrun", "--nproc_per_node=2", str(SCRIPTS / "ddp_loader.py"),
+              "--steps", "20"]
+    base, base_out = run(tmp_path, *script, out="base")
+    proc, out = run(tmp_path, "--knob", "memory.grad_accumulation=2", *script)
+    assert base.returncode == 0 and proc.returncode == 0, proc.stderr
+    rec = record(out)
+    entry = rec["knobs"]["memory.grad_accumulation"]
+    assert entry["applied"] and "batch_size 32 -> 16" in entry["detail"]
+    assert rec["batch_sizes"][0] == 32  # two micro-batches of 16 make one step
+    text = trace_text(out)
+    # no_sync on the first micro-batch: one all-reduce per optimizer step, not two
+    assert text.count('"c10d::allreduce_"') == text.count('"ProfilerStep#')
+    # the same updates (and LR schedule, stepped once per optimizer step) as one full batch
+    # (the script counts loop iterations: 20 micro-batches are 10 optimizer steps)
+    assert len(_losses(out)) == 10
+    assert _losses(out) == pytest.approx(_losses(base_out)[:10], rel=1e-4)
+
+
 def test_busy_cores_mean_cheaper_preprocessing_not_more_workers(tmp_path):
     proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "cpu_bound_loader.py"))
     assert proc.returncode == 0, proc.stderr

@@ -18,6 +18,7 @@ def analyze(
     *,
     device_memory: int | str | None = None,
     top: int = 10,
+    workers: int | None = None,
 ) -> list[Diagnosis]:
     """Diagnose every trace at ``path`` (a trace file, or a directory of them).
 
@@ -26,16 +27,19 @@ def analyze(
         device_memory: device capacity for the memory rule, as bytes or a size such as
             ``"16GiB"``; on CPU-only traces it stands in for a GPU's memory.
         top: rows in the top-ops tables.
+        workers: processes that load and diagnose rank traces in parallel (default: one per
+            core); each holds one trace's tables at a time.
 
     Raises:
         TraceError: a path or file that is not a readable Kineto trace.
     """
     capacity = parse_bytes(device_memory) if device_memory is not None else None
     paths = find_trace_files(path)
-    if len(paths) == 1 or (os.cpu_count() or 1) == 1:
+    workers = min(len(paths), workers or os.cpu_count() or 1)
+    if workers <= 1:
         return [_diagnose_file(p, capacity, top) for p in paths]
     # Rank traces are independent: parse and diagnose them in parallel processes.
-    with ProcessPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:
+    with ProcessPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(_diagnose_file, paths, [capacity] * len(paths),
                              [top] * len(paths)))
 

@@ -160,7 +160,7 @@ def idle_breakdown(trace: Trace, kernel_wait_us: float) -> list[IdleSplit]:
     launch_ts = np.where(launch >= 0, ev.ts[np.maximum(launch, 0)], -np.inf)
     out = []
     keys = np.stack([ev.device[rows], ev.stream[rows]], axis=1)
-    for device, stream in sorted({(int(d), int(s)) for d, s in keys}):
+    for device, stream in np.unique(keys, axis=0).tolist():  # sorted (device, stream)
         sel = np.flatnonzero((keys[:, 0] == device) & (keys[:, 1] == stream))
         sel = sel[np.argsort(ev.ts[rows[sel]], kind="stable")]
         prev_end = ev.end[rows[sel]][:-1]

@@ -60,7 +60,7 @@ def busy_time(trace: Trace, ops: DeviceOps, steps: StepWindows) -> tuple[float, 
     per_stream = []
     keys = np.stack([ev.device[ops.rows], ev.stream[ops.rows]], axis=1) if ops.rows.size else \
         np.zeros((0, 2), dtype=np.int64)
-    for device, stream in sorted({(int(d), int(s)) for d, s in keys}):
+    for device, stream in np.unique(keys, axis=0).tolist():  # sorted (device, stream)
         sel = ops.rows[(keys[:, 0] == device) & (keys[:, 1] == stream)]
         per_stream.append(StreamBusy(device=device, stream=stream,
                                      busy_us=union_in_steps(trace, sel, steps),

@@ -79,7 +79,11 @@ class AutoRun:
         self.finished = False
         self.step_ends: list[float] = []
         self.losses: list[Any] = []
+        self.loss_counts: list[int] = []  # backward calls summed into each step's loss
         self.batch_sizes: list[int] = []
+        # > 1 once memory.grad_accumulation split a DataLoader's batches: a step's loss is
+        # then the mean of its micro-batches' losses and its batch size their sum
+        self.micro_batches = 1
         self.knob_log: dict[str, dict[str, Any]] = {}
         self._loss_this_step = False
         self._batch_this_step = False
@@ -130,9 +134,14 @@ class AutoRun:
         run = self
 
         def backward(tensor, *args, **kwargs):
-            if not run._loss_this_step and tensor.numel() == 1:
-                run.losses.append(tensor.detach())
-                run._loss_this_step = True
+            if tensor.numel() == 1:
+                if not run._loss_this_step:
+                    run.losses.append(tensor.detach())
+                    run.loss_counts.append(1)
+                    run._loss_this_step = True
+                elif run.micro_batches > 1:
+                    run.losses[-1] = run.losses[-1] + tensor.detach()
+                    run.loss_counts[-1] += 1
             return original(tensor, *args, **kwargs)
 
         torch.Tensor.backward = backward
@@ -145,10 +154,13 @@ class AutoRun:
 
         def __next__(it):
             batch = original_next(it)
-            if not run._batch_this_step:
+            if not run._batch_this_step or run.micro_batches > 1:
                 size = _batch_size(batch, torch)
                 if size is not None:
-                    run.batch_sizes.append(size)
+                    if run._batch_this_step:
+                        run.batch_sizes[-1] += size
+                    else:
+                        run.batch_sizes.append(size)
                     run._batch_this_step = True
             return batch
 
@@ -317,13 +329,23 @@ class AutoRun:
             print(f"torchtriage: rank 0 could not write the job diagnosis ({exc})",
                   file=sys.stderr)
 
+    def _knob_outcomes(self) -> dict[str, dict[str, Any]]:
+        """The knob log, plus an entry for each knob the script never reached."""
+        out = dict(self.knob_log)
+        for knob, value in self.knobs.items():
+            if knob not in out:
+                out[knob] = {"value": value, "applied": False,
+                             "detail": f"not reached: {_not_reached(knob)}", "count": 0,
+                             "where": []}
+        return out
+
     def _record(self) -> dict[str, Any]:
         times = [round((b - a) * 1e3, 3) for a, b in zip(self.step_ends, self.step_ends[1:],
                                                            strict=False)]
         losses = []
-        for step, loss in enumerate(self.losses):
+        for step, (loss, count) in enumerate(zip(self.losses, self.loss_counts, strict=True)):
             try:
-                losses.append({"step": step, "loss": float(loss)})
+                losses.append({"step": step, "loss": float(loss) / count})
             except Exception:  # a tensor on a device that is gone
                 continue
         return {
@@ -335,7 +357,7 @@ class AutoRun:
             "host_step_ms": times,
             "losses": losses,
             "batch_sizes": self.batch_sizes[:64],
-            "knobs": self.knob_log,
+            "knobs": self._knob_outcomes(),
             "mode": "time" if self.timing else "profile",
             # seconds from the bootstrap's start (before the script's imports) to each of the
             # first step's end and the warm-up's end: start-up cost such as compilation
@@ -345,6 +367,23 @@ class AutoRun:
             if 0 < self.warmup <= len(self.step_ends) else None,
             "compile": _compile_summary(),
         }
+
+
+_NOT_REACHED = {
+    "dataloader.": "no DataLoader was built",
+    "memory.grad_accumulation": "no DataLoader was built (its batches are what it splits)",
+    "optimizer.": "no torch.optim optimizer was built",
+    "ddp.": "no DistributedDataParallel module was built",
+    "h2d.": "no pinned CPU tensor was copied to the GPU",
+    "amp.": "no module with parameters was called twice",
+    "compile.": "no module with parameters was called twice",
+    "memory.activation_checkpointing": "no module with parameters was called",
+}
+
+
+def _not_reached(knob: str) -> str:
+    return next((why for prefix, why in _NOT_REACHED.items() if knob.startswith(prefix)),
+                "nothing it changes was reached")
 
 
 def _synchronize_device() -> None:

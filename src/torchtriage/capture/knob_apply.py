@@ -7,6 +7,7 @@ effect (and where), and leaves everything else as the script wrote it.
 from __future__ import annotations
 
 import inspect
+import types
 from typing import Any
 
 _DATALOADER_KNOBS = {
@@ -32,8 +33,13 @@ def apply_global(run) -> None:
         torch.backends.cudnn.benchmark = knobs["cudnn.benchmark"]
         run.note("cudnn.benchmark", True, "set torch.backends.cudnn.benchmark"
                  + ("" if torch.cuda.is_available() else " (no CUDA device: no effect on CPU)"))
-    if any(k in knobs for k in _DATALOADER_KNOBS):
+    accumulate = knobs.get("memory.grad_accumulation", 1)
+    if any(k in knobs for k in _DATALOADER_KNOBS) or accumulate > 1:
         _patch_dataloader(run, torch)
+    if accumulate > 1:
+        _patch_accumulation(run, torch, accumulate)
+    elif "memory.grad_accumulation" in knobs:
+        run.note("memory.grad_accumulation", True, "1 micro-batch per step: batches unchanged")
     if "optimizer.fused" in knobs or "optimizer.foreach" in knobs:
         _patch_optimizer(run, torch)
     if ("amp.bf16" in knobs or knobs.get("compile.mode", "none") != "none"
@@ -41,7 +47,7 @@ def apply_global(run) -> None:
         _watch_root_module(run, torch)
     if knobs.get("h2d.non_blocking"):
         _patch_to(run, torch)
-    if any(k.startswith("ddp.") for k in knobs):
+    if any(k.startswith("ddp.") for k in knobs) or accumulate > 1:
         _patch_ddp(run, torch)
 
 
@@ -80,6 +86,8 @@ def _patch_dataloader(run, torch) -> None:
         where = _where()
         for arg, value in wanted.items():
             bound[arg] = value
+        if run.knobs.get("memory.grad_accumulation", 1) > 1:
+            _split_batches(run, bound, where)
         workers = bound.get("num_workers", 0) or 0
         for knob, arg in _DATALOADER_KNOBS.items():
             if knob not in run.knobs:
@@ -97,6 +105,90 @@ def _patch_dataloader(run, torch) -> None:
         original(self, **bound)
 
     DataLoader.__init__ = __init__
+
+
+def _split_batches(run, bound: dict[str, Any], where: str | None) -> None:
+    """memory.grad_accumulation=K: this DataLoader yields batches of batch_size / K (the
+    optimizer then steps every K-th call, see _patch_accumulation)."""
+    k = run.knobs["memory.grad_accumulation"]
+    size = bound.get("batch_size", 1)
+    if bound.get("batch_sampler") is not None or size is None:
+        run.note("memory.grad_accumulation", False, f"DataLoader at {where} batches with its "
+                 "own batch_sampler: its batches cannot be split")
+        return
+    if size % k:
+        run.note("memory.grad_accumulation", False, f"DataLoader at {where} has batch_size="
+                 f"{size}, not divisible into {k} micro-batches")
+        return
+    bound["batch_size"] = size // k
+    run.micro_batches = k
+    run.note("memory.grad_accumulation", True, f"DataLoader at {where}: batch_size {size} -> "
+             f"{size // k}, {k} micro-batches per optimizer step", where)
+
+
+def _patch_accumulation(run, torch, k: int) -> None:
+    """Gradient accumulation without touching the script: once a DataLoader's batches were
+    split (``run.micro_batches > 1``), each optimizer's ``step`` runs on every K-th call (the
+    gradients summed over K micro-batches are divided by K first, so the update equals the
+    full batch's), ``zero_grad`` and LR-scheduler steps only at the start of a cycle, and DDP
+    all-reduces only in the last micro-batch's backward."""
+    calls: dict[int, int] = {}  # optimizer id -> step() calls so far
+
+    def at_cycle_start() -> bool:
+        return all(n % k == 0 for n in calls.values())
+
+    original_init = torch.optim.Optimizer.__init__
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        calls[id(self)] = 0
+        step, zero_grad = self.step, self.zero_grad
+
+        def accumulating_step(opt, *a: Any, **kw: Any) -> Any:
+            if run.micro_batches <= 1:
+                return step(*a, **kw)
+            calls[id(opt)] += 1
+            if calls[id(opt)] % k:
+                return None  # not the last micro-batch: keep accumulating
+            with torch.no_grad():
+                for group in opt.param_groups:
+                    for p in group["params"]:
+                        if p.grad is not None:
+                            p.grad.div_(k)
+            return step(*a, **kw)
+
+        def accumulating_zero_grad(opt, *a: Any, **kw: Any) -> Any:
+            if run.micro_batches <= 1 or calls[id(opt)] % k == 0:
+                return zero_grad(*a, **kw)
+            return None
+
+        # bound methods, as LR schedulers expect when they wrap optimizer.step
+        self.step = types.MethodType(accumulating_step, self)
+        self.zero_grad = types.MethodType(accumulating_zero_grad, self)
+
+    torch.optim.Optimizer.__init__ = __init__
+
+    module_zero_grad = torch.nn.Module.zero_grad
+
+    def zero_grad(self, *args: Any, **kwargs: Any) -> Any:
+        if run.micro_batches <= 1 or at_cycle_start():
+            return module_zero_grad(self, *args, **kwargs)
+        return None
+
+    torch.nn.Module.zero_grad = zero_grad
+
+    from torch.optim import lr_scheduler
+
+    scheduler_step = lr_scheduler.LRScheduler.step
+
+    def step(self, *args: Any, **kwargs: Any) -> Any:
+        optimizer = getattr(self, "optimizer", None)
+        if run.micro_batches > 1 and calls.get(id(optimizer), 0) % k:
+            return None  # its optimizer did not step this call
+        return scheduler_step(self, *args, **kwargs)
+
+    lr_scheduler.LRScheduler.step = step
+    run.sync_this_backward = lambda: all(n % k == k - 1 for n in calls.values())
 
 
 def value_needs_cuda(torch, value: Any) -> bool:
@@ -231,6 +323,8 @@ def _patch_ddp(run, torch) -> None:
                 run.note(knob, True, f"DistributedDataParallel({arg}={run.knobs[knob]!r}) at "
                          f"{where}", where)
         original(self, *args, **kwargs)
+        if run.knobs.get("memory.grad_accumulation", 1) > 1:
+            _sync_last_micro_batch(run, self)
         hook = run.knobs.get("ddp.comm_hook", "none")
         if hook != "none":
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -245,6 +339,19 @@ def _patch_ddp(run, torch) -> None:
                 run.note("ddp.comm_hook", True, f"{fn.__name__} registered")
 
     DistributedDataParallel.__init__ = __init__
+
+
+def _sync_last_micro_batch(run, ddp) -> None:
+    """With gradient accumulation, DDP all-reduces only in the last micro-batch's backward
+    (what ``with model.no_sync():`` does for the others)."""
+    forward = ddp.forward
+
+    def forward_with_sync_choice(*args: Any, **kwargs: Any) -> Any:
+        if run.micro_batches > 1:
+            ddp.require_backward_grad_sync = run.sync_this_backward()
+        return forward(*args, **kwargs)
+
+    ddp.forward = forward_with_sync_choice
 
 
 def _patch_to(run, torch) -> None:

@@ -39,6 +39,9 @@ KNOBS: dict[str, Knob] = {k.id: k for k in (
          choices=("none", "default", "reduce-overhead", "max-autotune")),
     Knob("optimizer.fused", "bool", "optimizers built with fused=True where supported"),
     Knob("optimizer.foreach", "bool", "optimizers built with foreach=True"),
+    Knob("memory.grad_accumulation", "int",
+         "split each DataLoader batch into N micro-batches; the optimizer steps every N-th "
+         "backward (same effective batch; DDP all-reduces in the last one)", minimum=1),
     Knob("memory.activation_checkpointing", "bool",
          "checkpoint each block of the root module's largest run of repeated blocks"),
     Knob("ddp.bucket_cap_mb", "int", "DistributedDataParallel(bucket_cap_mb=N)", minimum=1),

@@ -34,6 +34,7 @@ class Search:
     values: tuple[Any, ...]
     extra: dict[str, Any] | None = None  # knobs that go with every value (e.g. non_blocking)
     why_not: str | None = None  # set when this search does not apply here
+    fallback: Search | None = None  # tried when this one keeps nothing (fused -> foreach)
 
 
 def _workers(ctx: Context) -> Search:
@@ -88,7 +89,10 @@ SEARCHES: dict[str, Callable[[Context], Search]] = {
     "dataloader.persistent_workers": _needs_workers("dataloader.persistent_workers",
                                                     "dataloader.persistent_workers", (True,)),
     "h2d.non_blocking": _gpu_only("h2d.non_blocking", "h2d.non_blocking", (True,)),
-    "optimizer.fused": _plain("optimizer.fused", "optimizer.fused", (True,)),
+    # fused kernels first; the multi-tensor (foreach) path where fused is not faster
+    "optimizer.fused": lambda ctx: Search(
+        "optimizer.fused", "optimizer.fused", (True,),
+        fallback=Search("optimizer.fused", "optimizer.foreach", (True,))),
     "compile.reduce_overhead": _gpu_only("compile.reduce_overhead", "compile.mode",
                                          ("reduce-overhead",)),
     "matmul.tf32": _gpu_only("matmul.tf32", "matmul.tf32", (True,)),
@@ -100,6 +104,18 @@ SEARCHES: dict[str, Callable[[Context], Search]] = {
     "ddp.bucket_cap": _ddp("ddp.bucket_cap", "ddp.bucket_cap_mb", (50, 100, 200)),
     "ddp.static_graph": _ddp("ddp.static_graph", "ddp.static_graph", (True,)),
     "ddp.comm_hook": _comm_hook,
+}
+
+
+# prescriptions the loop never injects, and why (others: "needs a code change" + the code)
+NOT_INJECTED: dict[str, str] = {
+    "ddp.grad_accumulation": "changes the effective batch (k times the samples per optimizer "
+                             "step), a training decision the loop does not make for you: "
+                             "`with model.no_sync(): loss.backward()` for k-1 of every k "
+                             "micro-batches",
+    "sync.remove": "the script reads a device value on the host every step (e.g. "
+                   "`loss.item()`); only a code change can defer it: log `loss.detach()` and "
+                   "call `.item()` every N steps",
 }
 
 

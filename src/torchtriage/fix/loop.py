@@ -9,11 +9,14 @@ verify each with an A/B, keep what is proven, re-profile, move on.
    (``run_ab(adaptive=True)``), and the kept configuration's own trials serve as the next
    baseline, so a value search costs few trials. Failed, timed-out and OOM trials are recorded
    as such; the candidate is dropped, the run goes on.
+   A search that keeps nothing may name a fallback (``optimizer.fused`` -> ``foreach``).
 3. A fix is kept only when it is significantly faster and passes loss parity. After a kept
    fix the configuration is profiled again and the loop continues with whatever layer is now
-   the bottleneck. On the `memory` layer the ladder (:mod:`torchtriage.fix.ladder`) looks for
-   the cheapest rung that fits instead.
-4. It stops when the layer has nothing injectable left, nothing was proven, or the budget is
+   the bottleneck; a prescription measured `no_change` before may be tried once more under the
+   new configuration. When nothing in the primary layer is proven, the other significant time
+   layers of the diagnosis (its runner-up) are tried in turn. On the `memory` layer the ladder
+   (:mod:`torchtriage.fix.ladder`) looks for the cheapest rung that fits instead.
+4. It stops when no layer has anything injectable left, nothing was proven, or the budget is
    spent; then an A/B of the final configuration against the original gives the speedup with
    its interval, and ``fix.json``, ``fix.md`` and ``fix.patch`` are written.
 """
@@ -35,7 +38,7 @@ from torchtriage.capture.runner import (
 )
 from torchtriage.errors import TorchtriageError
 from torchtriage.fix import ladder
-from torchtriage.fix.candidates import machine_context, search_for
+from torchtriage.fix.candidates import NOT_INJECTED, machine_context, search_for
 from torchtriage.fix.patch import make_patch
 from torchtriage.fix.result import Attempt, FixResult, FixStep, Profiled
 from torchtriage.verify import policy
@@ -133,11 +136,16 @@ class _Loop:
         self.incumbent: list[Trial] = []  # trials of the current kept configuration
         self.trials_run = 0
         self.ab_count = 0
+        # prescription -> (times tried, kept configuration then, last A/B verdict)
+        self.tried: dict[str, tuple[int, dict[str, Any] | None, str | None]] = {}
         self.last_dirs: list[str] = []  # trial dirs of the kept configuration
 
     # --- profiling ----------------------------------------------------------------------
 
-    def profile(self, knobs: dict[str, Any], label: str) -> tuple[Any, list[float], bool]:
+    def profile(self, knobs: dict[str, Any], label: str
+                ) -> tuple[Any, list[float], bool, dict[str, dict[str, Any]]]:
+        """Profile the command with ``knobs``: (diagnosis or None when nothing was recorded,
+        rank 0's losses, whether it ran out of memory, the knob outcomes)."""
         run_dir = self.out / "profiles" / f"{len(self.rounds)}-{label}"
         run_dir.mkdir(parents=True, exist_ok=True)
         self._say(f"profiling ({label})")
@@ -149,10 +157,11 @@ class _Loop:
         oom = any(r.get("oom") for r in result.records)
         losses = [x["loss"] for r in result.records if r.get("rank", 0) == 0
                   for x in r.get("losses", [])]
+        outcomes = merge_knob_logs(result.records)
         if not result.traces:
-            return None, losses, oom
+            return None, losses, oom, outcomes
         write_diagnosis(result, self.device_memory)
-        return _representative(result.diagnoses), losses, oom
+        return _representative(result.diagnoses), losses, oom, outcomes
 
     def _round(self, diagnosis, knobs: dict[str, Any], label: str) -> None:
         self.rounds.append(Profiled(
@@ -165,18 +174,16 @@ class _Loop:
     # --- the loop -----------------------------------------------------------------------
 
     def run(self) -> FixResult:
-        diagnosis, losses, _ = self.profile({}, "original")
+        diagnosis, losses, _, _ = self.profile({}, "original")
         if diagnosis is None:
             log = self.out / "profiles" / "0-original" / "output.log"
             raise TorchtriageError(f"the command recorded no training step as written, so "
                                    f"there is nothing to fix (its output: {log})")
         self._round(diagnosis, {}, "original")
         original_losses = losses
-        tried: set[str] = set()
         stopped = ""
         while not stopped:
-            layer = diagnosis.primary
-            if layer == "memory":
+            if diagnosis.primary == "memory":
                 steps, rung, after = ladder.climb(self.profile, self.kept, len(self.rounds) - 1,
                                                   diagnosis, original_losses)
                 self.fix_steps.extend(steps)
@@ -188,54 +195,86 @@ class _Loop:
                 diagnosis = after
                 self._round(after, self.kept, "memory")
                 continue
-            todo = [p for p in diagnosis.prescriptions if p.layer == layer and p.id not in tried]
-            if not todo:
-                stopped = f"nothing left to try for the {layer} layer"
-                break
-            kept_one = False
-            for prescription in todo:
-                tried.add(prescription.id)
-                outcome = self._try(prescription, layer, diagnosis)
-                if outcome == "budget":
-                    stopped = "the budget is spent"
-                    break
-                if outcome == "baseline_failed":
-                    stopped = "the configuration kept so far failed in an A/B trial"
-                    break
-                if outcome == "kept":
-                    kept_one = True
-                    break
+            stopped = self._govern(diagnosis)
             if stopped:
                 break
-            if not kept_one:
-                stopped = f"no {layer} fix was proven faster"
-                break
-            diagnosis, _, _ = self.profile(self.kept, f"round{len(self.rounds)}")
+            diagnosis, _, _, _ = self.profile(self.kept, f"round{len(self.rounds)}")
             if diagnosis is None:
                 stopped = "the kept configuration recorded no trace"
                 break
             self._round(diagnosis, self.kept, f"round{len(self.rounds)}")
         return self._finish(stopped)
 
+    def _govern(self, diagnosis) -> str:
+        """Try the prescriptions of the primary layer, then of the other significant time
+        layers, until one is kept (returns "") or none is (returns why the loop stops)."""
+        layers = [diagnosis.primary] + [
+            p.layer for p in diagnosis.prescriptions if p.layer not in (diagnosis.primary,
+                                                                        "memory")]
+        layers = list(dict.fromkeys(layers))
+        tried_layers = []  # layers with an A/B run
+        for layer in layers:
+            todo = [p for p in diagnosis.prescriptions
+                    if p.layer == layer and self._eligible(p.id)]
+            for prescription in todo:
+                outcome = self._try(prescription, layer, diagnosis)
+                if outcome in ("dropped", "failed") and layer not in tried_layers:
+                    tried_layers.append(layer)
+                if outcome == "budget":
+                    return "the budget is spent"
+                if outcome == "baseline_failed":
+                    return "the configuration kept so far failed in an A/B trial"
+                if outcome == "kept":
+                    return ""
+        if not tried_layers:
+            return f"nothing left to try for the {' or '.join(layers)} layer"
+        return f"no {' or '.join(tried_layers)} fix was proven faster"
+
+    def _eligible(self, prescription: str) -> bool:
+        """Not tried yet, or measured `no_change` once under a configuration that has changed
+        since (a fix that did not matter behind one bottleneck may matter behind the next:
+        the optimizer's launches once the model runs in CUDA graphs, say)."""
+        last = self.tried.get(prescription)
+        if last is None:
+            return True
+        times, kept_then, verdict = last
+        return times < 2 and verdict == "no_change" and kept_then != self.kept
+
     def _try(self, prescription, layer: str, diagnosis) -> str:
         round_no = len(self.rounds) - 1
         search = search_for(prescription.id, machine_context(self.kept, diagnosis))
         if search is None:
+            self.tried[prescription.id] = (99, dict(self.kept), "not_injectable")
+            why = NOT_INJECTED.get(prescription.id, f"needs a code change: {prescription.code}")
             self.fix_steps.append(FixStep(
                 round=round_no, layer=layer, prescription=prescription.id, knob=None,
-                result="not_injectable", why=f"needs a code change: {prescription.code}"))
+                result="not_injectable", why=why))
             return "not_injectable"
+        kept_before = dict(self.kept)
+        outcome, verdict = self._search(search, layer, round_no)
+        while search.fallback is not None and outcome in ("dropped", "failed"):
+            search = search.fallback
+            outcome, verdict = self._search(search, layer, round_no)
+        times = self.tried.get(prescription.id, (0, None, None))[0]
+        self.tried[prescription.id] = (times + 1, kept_before, verdict)
+        return outcome
+
+    def _search(self, search, layer: str, round_no: int) -> tuple[str, str | None]:
+        """A/B the search's values in order while each beats the best so far; returns the
+        outcome ("kept", "dropped", "failed", "skipped", "budget", "baseline_failed") and the
+        verdict of the last A/B."""
         if search.why_not:
             self.fix_steps.append(FixStep(round=round_no, layer=layer,
-                                          prescription=prescription.id, knob=search.knob,
+                                          prescription=search.prescription, knob=search.knob,
                                           result="skipped", why=search.why_not))
-            return "skipped"
+            return "skipped", None
         values = [v for v in search.values if self.kept.get(search.knob) != v]
         if not values:  # already kept (the memory ladder's bf16 rung, say)
-            return "skipped"
-        step = FixStep(round=round_no, layer=layer, prescription=prescription.id,
+            return "skipped", None
+        step = FixStep(round=round_no, layer=layer, prescription=search.prescription,
                        knob=search.knob, result="dropped", why="", attempts=[])
         self.fix_steps.append(step)
+        verdict = None
         for value in values:
             compiling = search.knob == "compile.mode"
             fresh = 2 if self.incumbent else 4
@@ -247,14 +286,15 @@ class _Loop:
                     "left")
                 if step.kept_value is None:
                     step.result = "skipped"
-                return "budget" if step.kept_value is None else "kept"
+                return ("budget" if step.kept_value is None else "kept"), verdict
             knobs = {search.knob: value, **(search.extra or {})}
             try:
                 ab = self._ab(knobs, f"{search.knob}={value}")
             except TorchtriageError as exc:  # the baseline arm itself failed
                 step.result = "failed"
                 step.why = f"{search.knob}={value!r}: {exc}"
-                return "baseline_failed"
+                return "baseline_failed", verdict
+            verdict = ab.verdict
             attempt = _attempt(value, ab)
             step.attempts.append(attempt)
             if ab.verdict == "faster":
@@ -271,7 +311,7 @@ class _Loop:
             else:
                 step.why += f"; then {reason}"
             break
-        return "kept" if step.kept_value is not None else step.result
+        return ("kept" if step.kept_value is not None else step.result), verdict
 
     def _ab(self, knobs: dict[str, Any], label: str) -> ABResult:
         self.ab_count += 1

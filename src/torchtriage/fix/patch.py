@@ -43,6 +43,10 @@ INSTRUCTIONS: dict[str, str] = {
     "memory.activation_checkpointing": "run each repeated block under "
                                        "`torch.utils.checkpoint.checkpoint(block, x, "
                                        "use_reentrant=False)`",
+    "memory.grad_accumulation": "divide the DataLoader's batch_size by {value} and accumulate: "
+                                "call `(loss / {value}).backward()` every micro-batch, "
+                                "`optimizer.step()` and `optimizer.zero_grad()` every {value}-th "
+                                "(under DDP, backward in `with model.no_sync():` for the others)",
     "h2d.non_blocking": "copy pinned batches with `.to(device, non_blocking=True)`",
     "ddp.comm_hook": "after wrapping in DDP: `from torch.distributed.algorithms.ddp_comm_hooks "
                      "import default_hooks; ddp_model.register_comm_hook(None, "

@@ -11,8 +11,8 @@ from torchtriage.documents import JsonDocument
 
 SCHEMA = "torchtriage.fix/1"
 # What happened to each thing the loop considered.
-STEP_RESULTS = ("kept", "dropped", "failed", "skipped", "not_injectable", "fits",
-                "does_not_fit")
+STEP_RESULTS = ("kept", "dropped", "failed", "skipped", "not_injectable", "not_applicable",
+                "fits", "does_not_fit")
 
 
 class Attempt(msgspec.Struct, kw_only=True):
