@@ -30,8 +30,10 @@ def test_fix_data_starved_searches_workers_keeps_the_best_and_writes_a_patch(tmp
     work = tmp_path / "work"
     (work / "examples").mkdir(parents=True)
     shutil.copy(REPO / "examples" / "data_starved.py", work / "examples")
-    proc, result, out = fix(tmp_path, "--trials", "3", "--steps", "6", "--", "python",
-                            "examples/data_starved.py", "--steps", "1000", cwd=work)
+    page = tmp_path / "fix.html"
+    proc, result, out = fix(tmp_path, "--trials", "3", "--steps", "6", "--html", str(page),
+                            "--", "python", "examples/data_starved.py", "--steps", "1000",
+                            cwd=work)
     assert proc.returncode == 0, proc.stderr
     assert result["schema"] == "torchtriage.fix/1"
     first = result["steps"][0]
@@ -48,6 +50,12 @@ def test_fix_data_starved_searches_workers_keeps_the_best_and_writes_a_patch(tmp
     assert f"num_workers={result['kept'][0]['value']}," in patched
     report = (out / "fix.md").read_text()
     assert "dataloader.num_workers" in report and "```diff" in report
+    html = page.read_text()  # the path taken, with each attempt's interval, and the patch
+    assert 'id="path"' in html and '"error_y"' in html and "num_workers=" in html
+    # and again from the run directory
+    assert subprocess.run([sys.executable, "-m", "torchtriage", "report", str(out)],
+                          cwd=work).returncode == 0
+    assert 'id="path"' in (out / "report.html").read_text()
     # in the store, and shown again
     runs = json.loads(subprocess.run([sys.executable, "-m", "torchtriage", "history",
                                       "--kind", "fix", "--json"], capture_output=True,

@@ -230,11 +230,14 @@ def ab(tmp_path: Path, *args: str, out: str = "ab", timeout: int = 300):
 
 
 def test_ab_more_dataloader_workers_is_faster(tmp_path):
+    page = tmp_path / "ab.html"
     proc, result = ab(tmp_path, "--knob", "dataloader.num_workers=2", "--trials", "3",
-                      "--steps", "6", "--", "python", "examples/data_starved.py",
-                      "--steps", "100")
+                      "--steps", "6", "--html", str(page), "--", "python",
+                      "examples/data_starved.py", "--steps", "100")
     assert proc.returncode == 0, proc.stderr
     assert result["verdict"] == "faster" and result["ci_low"] > 1, result["summary"]
+    html = page.read_text()
+    assert 'id="trials"' in html and 'id="parity"' in html and "faster" in html
     assert result["parity"]["status"] == "pass"
     assert result["knobs"]["dataloader.num_workers"]["applied"]
     arms = [t["arm"] for t in result["trials"]]

@@ -9,7 +9,7 @@ from torchtriage.diagnosis.diagnose import diagnose
 from torchtriage.diagnosis.job import JobDiagnosis, diagnose_job
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.trace.discover import find_trace_files
-from torchtriage.trace.ingest import load_trace
+from torchtriage.trace.ingest import MEMORY_LIMIT_ENV, default_memory_limit, load_trace
 from torchtriage.units import parse_bytes
 
 
@@ -38,10 +38,13 @@ def analyze(
     workers = min(len(paths), workers or os.cpu_count() or 1)
     if workers <= 1:
         return [_diagnose_file(p, capacity, top) for p in paths]
-    # Rank traces are independent: parse and diagnose them in parallel processes.
+    # Rank traces are independent: parse and diagnose them in parallel processes, each with
+    # its share of the memory limit.
+    limit, source = default_memory_limit()
+    share = None if source == MEMORY_LIMIT_ENV else limit // workers
     with ProcessPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(_diagnose_file, paths, [capacity] * len(paths),
-                             [top] * len(paths)))
+                             [top] * len(paths), [share] * len(paths)))
 
 
 def analyze_job(
@@ -55,5 +58,6 @@ def analyze_job(
     return diagnose_job(analyze(path, device_memory=device_memory, top=top))
 
 
-def _diagnose_file(path, capacity: int | None, top: int) -> Diagnosis:
-    return diagnose(load_trace(path), device_memory=capacity, top=top)
+def _diagnose_file(path, capacity: int | None, top: int,
+                   memory_limit: int | None = None) -> Diagnosis:
+    return diagnose(load_trace(path, memory_limit), device_memory=capacity, top=top)

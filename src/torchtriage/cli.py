@@ -35,6 +35,10 @@ DeviceMemory = Annotated[
 ]
 Top = Annotated[int, typer.Option("--top", min=1, help="Rows in the top-ops tables.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the diagnosis as JSON on stdout.")]
+HtmlOut = Annotated[Path | None, typer.Option(
+    "--html", help="Also write a self-contained HTML report (opens offline) to this file.")]
+MarkdownOut = Annotated[Path | None, typer.Option(
+    "--md", help="Also write a Markdown summary (for a pull-request comment) to this file.")]
 StorePath = Annotated[
     Path | None,
     typer.Option("--store", metavar="PATH",
@@ -69,6 +73,8 @@ def analyze(
     json_out: AsJson = False,
     device_memory: DeviceMemory = None,
     top: Top = 10,
+    html_out: HtmlOut = None,
+    md_out: MarkdownOut = None,
 ) -> None:
     """Diagnose a Kineto trace captured elsewhere (torch.profiler, tensorboard_trace_handler)."""
     from torchtriage.api import analyze as analyze_path
@@ -77,6 +83,12 @@ def analyze(
 
     diagnoses = analyze_path(path, device_memory=device_memory, top=top)
     job = diagnose_job(diagnoses) if len(diagnoses) > 1 else None
+    if html_out is not None:
+        _write_html(html_out, path, diagnoses, job, quiet=json_out)
+    if md_out is not None:
+        from torchtriage.report.markdown import diagnosis_markdown
+
+        _write_page(md_out, diagnosis_markdown(diagnoses, job), quiet=json_out)
     if json_out:
         sys.stdout.write((job or diagnoses[0]).to_json() + "\n")
         return
@@ -85,6 +97,79 @@ def analyze(
         console.print(d)
     if job is not None:
         console.print(job_renderable(job))
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (torchtriage run / profile) "
+                                            "or any directory or file of traces.")],
+    html_out: HtmlOut = None,
+    device_memory: DeviceMemory = None,
+) -> None:
+    """Write the self-contained HTML report (default RUN_DIR/report.html): of a fix or ab
+    directory (fix.json, ab.json), else of the traces in it."""
+    from torchtriage.api import analyze as analyze_path
+    from torchtriage.diagnosis.job import diagnose_job
+
+    for name, page_of in (("fix.json", _fix_report), ("ab.json", _ab_report)):
+        if (run_dir / name).is_file():
+            _write_page(html_out or run_dir / "report.html", page_of(run_dir / name),
+                        quiet=False)
+            return
+    diagnoses = analyze_path(run_dir, device_memory=device_memory)
+    job = diagnose_job(diagnoses) if len(diagnoses) > 1 else None
+    target = html_out or (run_dir / "report.html" if run_dir.is_dir() else
+                          run_dir.with_suffix("").with_suffix(".html"))
+    _write_html(target, run_dir, diagnoses, job, quiet=False)
+
+
+def _read_document(path: Path):
+    from torchtriage.documents import decode_document
+
+    try:
+        return decode_document(msgspec.json.decode(path.read_bytes()))
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise TorchtriageError(f"{path}: not a readable torchtriage document ({exc})") from None
+
+
+def _fix_report(path: Path) -> str:
+    from torchtriage.report.verify_html import fix_page
+
+    result = _read_document(path)
+    patch = path.parent / "fix.patch"
+    return fix_page(result, patch.read_text() if patch.is_file() else "")
+
+
+def _ab_report(path: Path) -> str:
+    from torchtriage.report.verify_html import ab_page
+
+    return ab_page(_read_document(path))
+
+
+def _write_html(target: Path, source: Path, diagnoses, job, *, quiet: bool) -> None:
+    """The diagnosis report of the traces at ``source`` (loaded again for the timeline and
+    the memory curve)."""
+    from torchtriage.report.html import diagnosis_page, load_traces
+    from torchtriage.trace import find_trace_files
+
+    traces = load_traces(find_trace_files(source))
+    if len(traces) != len(diagnoses):
+        traces = None
+    _write_page(target, diagnosis_page(diagnoses, traces, job,
+                                       title=f"torchtriage: {source.name or source}"),
+                quiet=quiet)
+
+
+def _write_page(target: Path, page: str, *, quiet: bool) -> None:
+    from torchtriage.report.html import write_page
+
+    try:
+        write_page(target, page)
+    except OSError as exc:
+        raise TorchtriageError(f"cannot write {target}: {exc.strerror or exc}") from None
+    if not quiet:
+        kind = "Markdown" if target.suffix.lower() in (".md", ".markdown") else "HTML"
+        Console(stderr=True).print(f"[dim]{kind} report: {target}[/dim]")
 
 
 @app.command()
@@ -134,6 +219,7 @@ def run_script(
     device_memory: DeviceMemory = None,
     top: Top = 10,
     store: StorePath = None,
+    html_out: HtmlOut = None,
 ) -> None:
     """Profile an unmodified script: torchtriage run [OPTIONS] -- python train.py ARGS
     (or -- torchrun --nproc_per_node=N train.py ARGS)."""
@@ -155,6 +241,11 @@ def run_script(
                          timeout=timeout, device_memory=capacity, quiet_output=json_out)
     if result.traces:
         write_diagnosis(result, capacity, top)
+    if html_out is not None and result.diagnoses:
+        from torchtriage.diagnosis.job import diagnose_job
+
+        job = diagnose_job(result.diagnoses) if len(result.diagnoses) > 1 else None
+        _write_html(html_out, out, result.diagnoses, job, quiet=json_out)
     failure = describe_failure(result, timeout)
     if runs is not None:
         doc = (msgspec.json.decode((out / "diagnosis.json").read_bytes())
@@ -222,6 +313,8 @@ def compare(
     min_effect: MinEffect = 0.02,
     device_memory: DeviceMemory = None,
     store: StorePath = None,
+    html_out: HtmlOut = None,
+    md_out: MarkdownOut = None,
 ) -> None:
     """Compare two profiles: speedup with a confidence interval, where the time went, op and
     kernel deltas."""
@@ -235,6 +328,14 @@ def compare(
     if runs is not None:
         c.store_id = runs.start_run("compare", [str(a), str(b)])
         runs.finish_run(c.store_id, "done", c.headline(), msgspec.to_builtins(c))
+    if html_out is not None:
+        from torchtriage.report.verify_html import compare_page
+
+        _write_page(html_out, compare_page(c), quiet=json_out)
+    if md_out is not None:
+        from torchtriage.report.markdown import comparison_markdown
+
+        _write_page(md_out, comparison_markdown(c), quiet=json_out)
     if json_out:
         sys.stdout.write(c.to_json() + "\n")
     else:
@@ -270,6 +371,8 @@ def ab_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print ab.json on stdout, no "
                                            "progress.")] = False,
     store: StorePath = None,
+    html_out: HtmlOut = None,
+    md_out: MarkdownOut = None,
 ) -> None:
     """A/B-test knobs on an unmodified script: torchtriage ab --knob ID=VALUE -- python
     train.py ARGS. Interleaved trials, bootstrap CI, loss parity."""
@@ -297,6 +400,14 @@ def ab_command(
         result = run_ab(command, out, knobs=knobs, candidate=cand, trials=trials,
                         warmup=warmup, steps=steps, timeout=timeout, min_effect=min_effect,
                         store=runs, progress=progress)
+    if html_out is not None:
+        from torchtriage.report.verify_html import ab_page
+
+        _write_page(html_out, ab_page(result), quiet=json_out)
+    if md_out is not None:
+        from torchtriage.report.markdown import ab_markdown
+
+        _write_page(md_out, ab_markdown(result), quiet=json_out)
     if json_out:
         sys.stdout.write(result.to_json() + "\n")
     else:
@@ -387,6 +498,7 @@ def fix_command(
                                            "progress.")] = False,
     device_memory: DeviceMemory = None,
     store: StorePath = None,
+    html_out: HtmlOut = None,
 ) -> None:
     """Diagnose, try the bottleneck's fixes cheapest first, keep what an A/B proves:
     torchtriage fix --out DIR -- python train.py ARGS."""
@@ -406,6 +518,11 @@ def fix_command(
         result = run_fix(command, out, budget_s=seconds, trials=trials, warmup=warmup,
                          steps=steps, timeout=timeout, device_memory=capacity,
                          min_effect=min_effect, store=runs, progress=progress)
+    if html_out is not None:
+        from torchtriage.report.verify_html import fix_page
+
+        patch = Path(result.patch_file).read_text() if result.patch_file else ""
+        _write_page(html_out, fix_page(result, patch), quiet=json_out)
     if json_out:
         sys.stdout.write(result.to_json() + "\n")
     else:

@@ -272,6 +272,12 @@ class Diagnosis(JsonDocument, msgspec.Struct, kw_only=True):
 
         return render_to_text(self, width=width)
 
+    def _repr_html_(self) -> str:
+        """Jupyter display: verdict, layers and prescriptions."""
+        from torchtriage.report.html import summary_html
+
+        return summary_html(self)
+
     def __rich__(self):  # pragma: no cover - exercised through render_text
         from torchtriage.report.terminal import renderable
 

@@ -137,7 +137,7 @@ MEMORY_LIMIT_ENV = "TORCHTRIAGE_MEMORY_LIMIT"
 _AVAILABLE_SHARE = 0.8  # of the memory available when loading starts, by default
 
 
-def memory_limit() -> tuple[int, str]:
+def default_memory_limit() -> tuple[int, str]:
     """The most memory a trace's tables may take, and where that figure comes from."""
     configured = os.environ.get(MEMORY_LIMIT_ENV)
     if configured:
@@ -154,8 +154,11 @@ def memory_limit() -> tuple[int, str]:
         f"{_AVAILABLE_SHARE:.0%} of the memory available"
 
 
-def load_trace(path: str | os.PathLike[str]) -> Trace:
+def load_trace(path: str | os.PathLike[str], memory_limit: int | None = None) -> Trace:
     """Load one Kineto trace file into columnar tables.
+
+    ``memory_limit`` caps the tables' bytes (default :func:`memory_limit`; the rank loader
+    gives each of its parallel workers its share).
 
     Raises:
         TraceError: the path does not exist, is not JSON, has no ``traceEvents``, holds no
@@ -163,7 +166,10 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
             one line, naming the file).
     """
     path = Path(path)
-    limit, limit_source = memory_limit()
+    if memory_limit is None:
+        limit, limit_source = default_memory_limit()
+    else:
+        limit, limit_source = memory_limit, "this worker's share of the memory available"
     chunks = EventChunks(path, _decode_events)
     columns = _Columns()
     try:

@@ -1,0 +1,306 @@
+"""Self-contained HTML reports: one file that opens offline (plotly.js inlined, nothing
+fetched), with the verdict and its evidence, the prescriptions with their code, a per-step
+stacked breakdown, a timeline overview, top kernels and ops, the memory curve against
+capacity, and for jobs a per-rank heatmap.
+
+Every string that comes from a trace (op and kernel names are full of ``<`` and ``>``) is
+escaped: HTML text with :func:`html.escape`, figure data as JSON whose ``<``, ``>`` and ``&``
+are written as ``\\u003c``... so that nothing in a trace can close a ``<script>`` or open a
+tag. ``summary_html`` is the light version (no plots) behind ``Diagnosis._repr_html_``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from torchtriage.diagnosis.result import Diagnosis
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;
+background:#f6f7f9}main{max-width:1180px;margin:0 auto;padding:24px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid
+#d9dde3;padding-bottom:4px}h3{font-size:15px;margin:18px 0 6px}
+section{background:#fff;border:1px solid #e2e5ea;border-radius:8px;padding:14px 18px;
+margin:14px 0}.verdict{font-size:18px;font-weight:600}.muted{color:#667085;font-size:13px}
+table{border-collapse:collapse;width:100%;font-size:13px}th,td{text-align:left;padding:4px 8px;
+border-bottom:1px solid #eef0f3;vertical-align:top}td.num,th.num{text-align:right;
+font-variant-numeric:tabular-nums}code,pre{font-family:ui-monospace,Menlo,Consolas,monospace;
+font-size:12px}pre{background:#f3f4f6;padding:8px;border-radius:6px;white-space:pre-wrap;
+margin:4px 0}.bar{display:inline-block;height:10px;background:#4f6bed;border-radius:2px}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;background:#eef2ff;
+font-size:12px;margin-right:6px}.critical{color:#b42318}.warning{color:#b54708}
+.name{word-break:break-all}
+"""
+_LAYER_COLOURS = {"data_loading": "#f59e0b", "host": "#8b5cf6", "kernel": "#3b82f6",
+                  "communication": "#10b981", "memory": "#ef4444"}
+
+
+def esc(value: Any) -> str:
+    """HTML text for any value (names from traces included)."""
+    return html.escape(str(value), quote=True)
+
+
+def script_json(value: Any) -> str:
+    """JSON that is safe inside a ``<script>`` element."""
+    text = json.dumps(value, separators=(",", ":"), default=_plain)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+class Page:
+    """An HTML page under construction: sections of escaped HTML and plotly figures."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.parts: list[str] = []
+        self.figures = 0
+
+    def add(self, markup: str) -> None:
+        self.parts.append(markup)
+
+    def figure(self, data: list[dict[str, Any]], layout: dict[str, Any], height: int = 320
+               ) -> str:
+        """A div and the script that draws ``data`` with ``layout`` in it (plotly)."""
+        self.figures += 1
+        fid = f"fig{self.figures}"
+        layout = {"height": height, "margin": {"l": 60, "r": 20, "t": 30, "b": 40},
+                  "paper_bgcolor": "#fff", "plot_bgcolor": "#fff", "font": {"size": 12},
+                  **layout}
+        return (f'<div id="{fid}" class="figure"></div><script>Plotly.newPlot("{fid}",'
+                f'{script_json(data)},{script_json(layout)},{{"displaylogo":false,'
+                f'"responsive":true}});</script>')
+
+    def render(self) -> str:
+        plotly = _plotly_js() if self.figures else ""
+        return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+                f"<meta name=\"viewport\" content=\"width=device-width\"><title>{esc(self.title)}"
+                f"</title><style>{_CSS}</style><script>{plotly}</script></head><body><main>"
+                + "".join(self.parts) + "</main></body></html>")
+
+
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs().replace("</script", "<\\/script")
+
+
+# --- the diagnosis report ---------------------------------------------------------------------
+
+def diagnosis_page(diagnoses: list[Diagnosis], traces: list[Any] | None = None,
+                   job: Any = None, title: str = "torchtriage report") -> str:
+    """The report for one trace or a job's ranks; ``traces`` (the loaded Trace objects, same
+    order) add the timeline and memory curve, ``job`` the job summary and rank heatmap."""
+    page = Page(title)
+    page.add(f"<h1>{esc(title)}</h1><div class=\"muted\">torchtriage "
+             f"{esc(diagnoses[0].tool_version)}</div>")
+    if job is not None:
+        _job_sections(page, job, diagnoses)
+    traces = traces or [None] * len(diagnoses)
+    for d, trace in zip(diagnoses, traces, strict=True):
+        if len(diagnoses) > 1:
+            page.add(f"<h2 id=\"rank-{esc(d.trace.rank)}\">Rank {esc(d.trace.rank)}</h2>")
+        _diagnosis_sections(page, d, trace)
+    return page.render()
+
+
+def _diagnosis_sections(page: Page, d: Diagnosis, trace: Any) -> None:
+    t = d.trace
+    where = f"{t.mode.upper()} trace, {t.events:,} events, {len(t.steps_analyzed)} step(s)"
+    if t.devices:
+        where += f", {t.devices[0]}"
+    page.add(f'<section id="verdict"><div class="verdict">Bottleneck: '
+             f'<span style="color:{_LAYER_COLOURS.get(d.primary, "#111")}">{esc(d.primary)}'
+             f'</span> <span class="badge">confidence {esc(d.confidence)}</span></div>'
+             f'<p>{esc(d.summary)}</p><div class="muted">{esc(where)} &middot; '
+             f'{esc(t.path)}</div>{_layers_table(d)}{_findings(d)}</section>')
+    page.add(f'<section id="prescriptions"><h2>What to fix first</h2>{_prescriptions(d)}'
+             '</section>')
+    page.add(f'<section id="breakdown"><h2>Where each step\'s time goes</h2>'
+             f'{_breakdown_figure(page, d)}</section>')
+    lanes = _timeline_figure(page, trace) if trace is not None else None
+    if lanes:
+        page.add(f'<section id="timeline"><h2>Timeline overview</h2><div class="muted">The '
+                 'first analysed steps; gaps in the device lanes are device idle time.</div>'
+                 f'{lanes}</section>')
+    page.add(f'<section id="top"><h2>Top kernels and ops</h2>{_top_tables(d)}</section>')
+    memory = _memory_figure(page, d, trace) if trace is not None else None
+    page.add(f'<section id="memory"><h2>Memory</h2>{_memory_table(d)}{memory or ""}'
+             '</section>')
+
+
+def _layers_table(d: Diagnosis) -> str:
+    rows = []
+    for layer, result in d.layers.items():
+        evidence = "; ".join(f"{e.metric}={e.value:g}" + (f" ({e.comparison} {e.threshold:g})"
+                                                        if e.threshold is not None else "")
+                             for e in result.evidence)
+        width = max(1, round(result.share * 200))
+        rows.append(f"<tr><td>{esc(layer)}</td><td class=\"num\">{result.share:.1%}</td>"
+                    f"<td><span class=\"bar\" style=\"width:{width}px;background:"
+                    f"{_LAYER_COLOURS.get(layer, '#999')}\"></span></td>"
+                    f"<td class=\"num\">{result.time_ms:.1f}</td><td>{esc(evidence)}</td></tr>")
+    return ("<h3>Layers</h3><table id=\"layers\"><tr><th>layer</th><th class=\"num\">share"
+            "</th><th></th><th class=\"num\">ms</th><th>evidence</th></tr>" + "".join(rows)
+            + "</table>")
+
+
+def _findings(d: Diagnosis) -> str:
+    if not d.findings:
+        return ""
+    items = "".join(f"<li class=\"{esc(f.severity)}\"><b>{esc(f.id)}</b>: {esc(f.message)}</li>"
+                    for f in d.findings)
+    return f"<h3>Findings</h3><ul id=\"findings\">{items}</ul>"
+
+
+def _prescriptions(d: Diagnosis) -> str:
+    if not d.prescriptions:
+        return "<p>No prescription: nothing stands out.</p>"
+    out = []
+    for i, p in enumerate(d.prescriptions, 1):
+        out.append(f"<div class=\"prescription\"><h3>{i}. {esc(p.title)} <span class=\"badge\">"
+                   f"{esc(p.id)}</span><span class=\"badge\">{esc(p.layer)} &middot; "
+                   f"{esc(p.cost_label)}</span></h3><pre><code>{esc(p.code)}</code></pre>"
+                   f"<div class=\"muted\">why: {esc(p.reason)} &middot; expected: "
+                   f"{esc(p.expected_gain)} &middot; verify: {esc(p.verify)}</div></div>")
+    return "".join(out)
+
+
+def _breakdown_figure(page: Page, d: Diagnosis) -> str:
+    b = d.breakdown
+    steps = [f"#{s.step}" for s in b.steps]
+    data = [{"type": "bar", "name": esc(cat), "x": steps,
+             "y": [round(s.exposed_ms.get(cat, 0.0), 3) for s in b.steps]}
+            for cat in b.categories if any(s.exposed_ms.get(cat, 0.0) for s in b.steps)]
+    return page.figure(data, {"barmode": "stack", "yaxis": {"title": "exposed ms"},
+                              "xaxis": {"title": "step"}, "legend": {"orientation": "h"}})
+
+
+def _timeline_figure(page: Page, trace: Any) -> str | None:
+    from torchtriage.analysis.steps import find_steps
+    from torchtriage.analysis.timeline import timeline
+
+    line = timeline(trace, find_steps(trace))
+    if line is None or not line.lanes:
+        return None
+    data = [{"type": "bar", "orientation": "h", "name": esc(lane.name),
+             "y": [esc(lane.name)] * len(lane.start_ms), "base": np.round(lane.start_ms, 4),
+             "x": np.round(lane.end_ms - lane.start_ms, 4), "showlegend": False,
+             "hovertemplate": "%{base:.3f}-%{x:.3f} ms<extra>" + esc(lane.name) + "</extra>"}
+            for lane in reversed(line.lanes)]
+    shapes = [{"type": "line", "x0": x, "x1": x, "yref": "paper", "y0": 0, "y1": 1,
+               "line": {"color": "#98a2b3", "dash": "dot", "width": 1}}
+              for x in line.step_start_ms]
+    steps = ", ".join(f"#{n}" for n in line.steps)
+    return page.figure(data, {"barmode": "overlay", "shapes": shapes, "bargap": 0.25,
+                              "xaxis": {"title": f"ms from the start of step(s) {steps}"}},
+                       height=80 + 34 * len(data))
+
+
+def _top_tables(d: Diagnosis) -> str:
+    out = []
+    if d.gpu is not None and d.gpu.top_kernels:
+        rows = "".join(f"<tr><td class=\"name\">{esc(k.name)}</td><td>{esc(k.cls)}</td>"
+                       f"<td class=\"num\">{k.count}</td><td class=\"num\">{k.time_ms:.2f}</td>"
+                       f"<td class=\"num\">{k.share:.1%}</td><td>{esc(k.launched_by or '')}</td>"
+                       "</tr>" for k in d.gpu.top_kernels)
+        out.append("<h3>Top kernels</h3><table id=\"top-kernels\"><tr><th>kernel</th>"
+                   "<th>class</th><th class=\"num\">count</th><th class=\"num\">ms</th>"
+                   "<th class=\"num\">share</th><th>launched by</th></tr>" + rows + "</table>")
+    for side, ops in d.top_ops.items():
+        rows = "".join(f"<tr><td class=\"name\">{esc(o.name)}</td><td class=\"num\">{o.count}"
+                       f"</td><td class=\"num\">{o.total_ms:.2f}</td><td class=\"num\">"
+                       f"{o.self_ms:.2f}</td><td class=\"num\">{o.share:.1%}</td></tr>"
+                       for o in ops)
+        out.append(f"<h3>Top {esc(side)} ops</h3><table class=\"top-ops\"><tr><th>op</th>"
+                   "<th class=\"num\">count</th><th class=\"num\">total ms</th>"
+                   "<th class=\"num\">self ms</th><th class=\"num\">share</th></tr>" + rows
+                   + "</table>")
+    return "".join(out) or "<p>No ops recorded.</p>"
+
+
+def _memory_table(d: Diagnosis) -> str:
+    if not d.memory:
+        return "<p>No memory events in the trace (profile with profile_memory=True).</p>"
+    rows = "".join(
+        f"<tr><td>{esc(m.device)}</td><td class=\"num\">{m.peak_allocated_bytes / 2**20:,.1f}"
+        f"</td><td class=\"num\">{m.peak_reserved_bytes / 2**20:,.1f}</td><td class=\"num\">"
+        + (f"{m.capacity_bytes / 2**30:,.1f} GiB ({m.peak_fraction:.0%})"
+           if m.capacity_bytes and m.peak_fraction is not None else "unknown")
+        + "</td></tr>" for m in d.memory)
+    return ("<table id=\"memory-peaks\"><tr><th>device</th><th class=\"num\">peak allocated "
+            "MiB</th><th class=\"num\">peak reserved MiB</th><th class=\"num\">capacity (peak)"
+            "</th></tr>" + rows + "</table>")
+
+
+def _memory_figure(page: Page, d: Diagnosis, trace: Any) -> str | None:
+    mem = trace.memory
+    if len(mem.ts) == 0:
+        return None
+    capacity = {m.device: m.capacity_bytes for m in d.memory if m.capacity_bytes}
+    t0 = float(mem.ts.min())
+    data, shapes = [], []
+    for device_type, device_id in np.unique(np.stack([mem.device_type, mem.device_id], 1),
+                                            axis=0).tolist():
+        sel = np.flatnonzero((mem.device_type == device_type) & (mem.device_id == device_id))
+        sel = sel[np.argsort(mem.ts[sel], kind="stable")]
+        if sel.size > 3000:
+            sel = sel[np.linspace(0, sel.size - 1, 3000).astype(int)]
+        device = "cpu" if device_type == 0 else f"cuda:{device_id}"
+        data.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv"},
+                     "name": esc(device), "x": np.round((mem.ts[sel] - t0) / 1e3, 3),
+                     "y": np.round(mem.total_allocated[sel] / 2**20, 2)})
+        if capacity.get(device):
+            shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1,
+                           "y0": capacity[device] / 2**20, "y1": capacity[device] / 2**20,
+                           "line": {"color": "#ef4444", "dash": "dash"}})
+    return page.figure(data, {"shapes": shapes, "yaxis": {"title": "allocated MiB"},
+                              "xaxis": {"title": "ms"}, "legend": {"orientation": "h"}})
+
+
+def _job_sections(page: Page, job: Any, diagnoses: list[Diagnosis]) -> None:
+    page.add(f'<section id="job"><div class="verdict">Job bottleneck: {esc(job.primary)}'
+             f'</div><p>{esc(job.summary)}</p></section>')
+    categories = diagnoses[0].breakdown.categories
+    z = [[round(d.breakdown.share.get(c, 0.0), 4) for c in categories] for d in diagnoses]
+    ranks = [f"rank {d.trace.rank}" for d in diagnoses]
+    figure = page.figure([{"type": "heatmap", "z": z, "x": [esc(c) for c in categories],
+                           "y": ranks, "colorscale": "Blues", "zmin": 0, "zmax": 1,
+                           "hovertemplate": "%{y} %{x}: %{z:.1%}<extra></extra>"}],
+                         {"yaxis": {"autorange": "reversed"}}, height=120 + 28 * len(ranks))
+    page.add(f'<section id="ranks"><h2>Ranks side by side (share of step time)</h2>{figure}'
+             '</section>')
+
+
+# --- light summary (Jupyter) ------------------------------------------------------------------
+
+def summary_html(d: Diagnosis) -> str:
+    """Verdict, layers and prescriptions without plots (for notebooks)."""
+    return (f'<div><style>{_CSS}</style><section><div class="verdict">Bottleneck: '
+            f'{esc(d.primary)} <span class="badge">confidence {esc(d.confidence)}</span></div>'
+            f'<p>{esc(d.summary)}</p>{_layers_table(d)}{_findings(d)}<h3>What to fix first'
+            f'</h3>{_prescriptions(d)}</section></div>')
+
+
+def write_page(path: Path, page: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def load_traces(paths: Iterable[Path]) -> list[Any]:
+    from torchtriage.trace import load_trace
+
+    return [load_trace(p) for p in paths]

@@ -1,0 +1,75 @@
+"""Markdown for pull-request comments: the diagnosis, a comparison, an A/B (``fix`` writes its
+own ``fix.md``, :func:`torchtriage.report.fix_view.fix_markdown`).
+
+Names from traces go into code spans with ``|`` escaped, so that a kernel name such as
+``void f<float>`` shows as text and cannot break a table or open an HTML tag.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchtriage.diagnosis.result import Diagnosis
+
+
+def code(text: Any) -> str:
+    """``text`` as a Markdown code span that is safe in a table cell."""
+    body = str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ")
+    return f"`{body}`"
+
+
+def diagnosis_markdown(diagnoses: list[Diagnosis], job: Any = None) -> str:
+    lines = []
+    if job is not None:
+        lines += [f"## torchtriage: job bottleneck **{job.primary}**", "", job.summary, ""]
+    for d in diagnoses:
+        rank = f" (rank {d.trace.rank})" if d.trace.rank is not None and len(diagnoses) > 1 \
+            else ""
+        lines += [f"### Bottleneck{rank}: **{d.primary}** (confidence {d.confidence})", "",
+                  d.summary, "", "| layer | share | ms |", "|---|---|---|"]
+        lines += [f"| {layer} | {r.share:.1%} | {r.time_ms:.1f} |"
+                  for layer, r in d.layers.items()]
+        if d.prescriptions:
+            lines += ["", "**What to fix first**", ""]
+            for i, p in enumerate(d.prescriptions[:5], 1):
+                lines += [f"{i}. {p.title} ({code(p.id)}, {p.cost_label}): {p.reason}", "",
+                          "   ```python", *("   " + x for x in p.code.splitlines()),
+                          "   ```"]
+        if d.gpu is not None and d.gpu.top_kernels:
+            lines += ["", "| top kernel | ms | share |", "|---|---|---|"]
+            lines += [f"| {code(k.name)} | {k.time_ms:.2f} | {k.share:.1%} |"
+                      for k in d.gpu.top_kernels[:5]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def comparison_markdown(c: Any) -> str:
+    lines = [f"## torchtriage compare: **{c.verdict}**, {c.speedup:.2f}x (95% CI "
+             f"{c.ci_low:.2f}-{c.ci_high:.2f}x)", "", c.summary, "",
+             "| category | A ms/step | B ms/step | change |", "|---|---|---|---|"]
+    lines += [f"| {d.category} | {d.a_ms:.2f} | {d.b_ms:.2f} | {d.delta_ms:+.2f} |"
+              for d in c.deltas if d.a_ms or d.b_ms]
+    ops = sorted([*c.ops, *c.device_ops], key=lambda o: -abs(o.delta_ms))[:8]
+    if ops:
+        lines += ["", "| op | A ms/step | B ms/step | change |", "|---|---|---|---|"]
+        lines += [f"| {code(o.name)} | {o.a_ms:.3f} | {o.b_ms:.3f} | {o.delta_ms:+.3f} |"
+                  for o in ops]
+    if c.parity is not None:
+        lines += ["", f"Loss parity: {c.parity.status} ({c.parity.detail})"]
+    return "\n".join(lines) + "\n"
+
+
+def ab_markdown(ab: Any) -> str:
+    head = f"## torchtriage ab: **{ab.verdict}**"
+    if ab.speedup is not None:
+        head += f", {ab.speedup:.2f}x (95% CI {ab.ci_low:.2f}-{ab.ci_high:.2f}x)"
+    lines = [head, "", ab.summary, "", f"- A: {code(' '.join(ab.a.command))}",
+             f"- B: {code(' '.join(ab.b.command))}"
+             + (" with " + ", ".join(code(f"{k}={v.value}") for k, v in ab.knobs.items())
+                if ab.knobs else ""),
+             f"- Loss parity: {ab.parity.status} ({ab.parity.detail})", "",
+             "| trial | status | mean step ms |", "|---|---|---|"]
+    lines += [f"| {t.arm}{t.idx} | {t.status} | "
+              + (f"{t.mean_step_ms:.2f}" if t.mean_step_ms is not None else "-") + " |"
+              for t in ab.trials]
+    return "\n".join(lines) + "\n"
