@@ -121,7 +121,7 @@ def _cell(result: dict | None, mb: float) -> str:
 
 
 def ingest_table(rows: list[tuple[Path, int]], hta_python: str | None, timeout: float,
-                 hta_dir: Path) -> None:
+                 hta_dir: Path, hta_max_mb: float = float("inf")) -> None:
     """One row per (trace, repeats)."""
     print("| trace | raw MB | orjson s (MB/s) | torchtriage s (MB/s) | HTA s (MB/s) | "
           "HTA / torchtriage | torchtriage / orjson | peak MB orjson / torchtriage / HTA | "
@@ -132,7 +132,9 @@ def ingest_table(rows: list[tuple[Path, int]], hta_python: str | None, timeout: 
         ours = measure(sys.executable, "torchtriage", path, repeat, timeout)
         floor = measure(sys.executable, "orjson", path, repeat, timeout)
         hta = None
-        if hta_python:
+        if hta_python and mb > hta_max_mb:
+            hta = {"error": f"not run (> {hta_max_mb:g} MB)"}
+        elif hta_python:
             folder = hta_dir / path.name.replace(".", "_")
             folder.mkdir(parents=True, exist_ok=True)
             link = folder / path.name
@@ -193,6 +195,8 @@ def main() -> None:
     parser.add_argument("--synthetic-repeat", type=int, default=1,
                         help="repeats for the synthetic trace (it is large)")
     parser.add_argument("--hta-python", help="python with holistictraceanalysis==0.5.0")
+    parser.add_argument("--hta-max-mb", type=float, default=float("inf"),
+                        help="skip HTA on traces larger than this (it needs minutes per GB)")
     parser.add_argument("--ranks", type=int, default=8, help="ranks in the scaling table")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per child, seconds")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) /
@@ -215,7 +219,7 @@ def main() -> None:
           f"(synthetic: {1 if args.quick else args.synthetic_repeat})\n")
     rows = [(p, repeat) for p in paths]
     rows.append((synthetic, 1 if args.quick else args.synthetic_repeat))
-    ingest_table(rows, hta_python, args.timeout, args.workdir / "hta")
+    ingest_table(rows, hta_python, args.timeout, args.workdir / "hta", args.hta_max_mb)
     scaling = paths[0] if paths else synthetic
     scaling_table(scaling, 2 if args.quick else args.ranks, repeat,
                   args.workdir / f"ranks_{scaling.name.replace('.', '_')}")

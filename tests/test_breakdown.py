@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torchtriage.analysis.breakdown import attribute, step_breakdown
-from torchtriage.analysis.intervals import merge, total
+from torchtriage.analysis.intervals import covered_within, merge, total
 from torchtriage.analysis.steps import find_steps
 from torchtriage.trace import load_trace
 
@@ -138,3 +138,17 @@ def test_warmup_and_partial_steps_are_excluded(tmp_path):
     trace = load_trace(write_trace(tmp_path / "w2.json", events[:2],
                                    torchtriage={"warmup_steps": [1, 2], "partial_steps": []}))
     assert find_steps(trace).numbers.tolist() == [1, 2]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1000), st.floats(0, 100)), max_size=40),
+       st.lists(st.tuples(st.floats(0, 1100), st.floats(0, 300)), min_size=1, max_size=10))
+def test_covered_within_equals_clipping_each_window(intervals, windows):
+    starts = np.array([a for a, _ in intervals], dtype=np.float64)
+    ends = starts + np.array([d for _, d in intervals], dtype=np.float64)
+    s, e = merge(starts, ends)
+    lo = np.array([a for a, _ in windows])
+    hi = lo + np.array([d for _, d in windows])
+    expected = [np.clip(np.minimum(e, b) - np.maximum(s, a), 0, None).sum()
+                for a, b in zip(lo, hi, strict=True)]
+    assert covered_within(s, e, lo, hi) == pytest.approx(expected, abs=1e-6)

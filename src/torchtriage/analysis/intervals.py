@@ -35,6 +35,24 @@ def covers(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarr
     return inside
 
 
+def covered_within(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray
+                   ) -> np.ndarray:
+    """For disjoint sorted intervals (``merge``'s output): how much of each window
+    ``[lo[k], hi[k])`` they cover. O((n + m) log n): the covered length up to x is a prefix
+    sum plus the part of the interval x falls in."""
+    if starts.size == 0:
+        return np.zeros(np.shape(lo), dtype=np.float64)
+    before = np.concatenate([[0.0], np.cumsum(ends - starts)])
+
+    def covered_to(x: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(starts, x, side="right")  # intervals starting at or before x
+        partial = np.clip(x - starts[np.maximum(i - 1, 0)], 0.0,
+                          (ends - starts)[np.maximum(i - 1, 0)])
+        return before[np.maximum(i - 1, 0)] + np.where(i > 0, partial, 0.0)
+
+    return covered_to(np.asarray(hi, dtype=np.float64)) - covered_to(np.asarray(lo, np.float64))
+
+
 def total(starts: np.ndarray, ends: np.ndarray) -> float:
     """Length of the union of the intervals."""
     s, e = merge(starts, ends)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torchtriage.analysis.intervals import merge
+from torchtriage.analysis.intervals import covered_within, merge
 from torchtriage.analysis.kernels import KERNEL_CLASSES, DeviceOps
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import Trace
@@ -47,10 +47,7 @@ def union_in_steps(trace: Trace, rows: np.ndarray, steps: StepWindows) -> float:
     """Length of the union of the events' intervals, clipped to the step windows."""
     ev = trace.events
     s, e = merge(ev.ts[rows], ev.end[rows])
-    total = 0.0
-    for ws, we in zip(steps.start, steps.end, strict=True):
-        total += float(np.clip(np.minimum(e, we) - np.maximum(s, ws), 0, None).sum())
-    return total
+    return float(covered_within(s, e, steps.start, steps.end).sum())
 
 
 def busy_time(trace: Trace, ops: DeviceOps, steps: StepWindows) -> tuple[float, list[StreamBusy]]:
