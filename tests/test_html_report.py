@@ -110,6 +110,10 @@ def test_jupyter_display_of_a_diagnosis():
     (d,) = torchtriage.analyze(GPU_TRACE)
     markup = d._repr_html_()
     assert "Bottleneck" in markup and d.primary in markup and "<script" not in markup
+    # its styles apply to the output only, not to the notebook around it
+    css = markup.split("<style>")[1].split("</style>")[0]
+    selectors = [x for rule in re.findall(r"([^{}]+)\{", css) for x in rule.split(",")]
+    assert selectors and all(x.strip().startswith(".torchtriage ") for x in selectors)
 
 
 def _chromium() -> str | None:

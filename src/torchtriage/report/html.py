@@ -37,6 +37,19 @@ margin:4px 0}.bar{display:inline-block;height:10px;background:#4f6bed;border-rad
 font-size:12px;margin-right:6px}.critical{color:#b42318}.warning{color:#b54708}
 .name{word-break:break-all}
 """
+# The same look for a notebook output, every selector under .torchtriage so that nothing
+# restyles the notebook around it.
+def _scoped(css: str, scope: str) -> str:
+    rules = []
+    for rule in css.replace("\n", " ").split("}"):
+        selectors, _, body = rule.partition("{")
+        names = [x.strip() for x in selectors.split(",") if x.strip()]
+        if body and not any(n in ("body", "main") for n in names):
+            rules.append(",".join(f"{scope} {n}" for n in names) + "{" + body + "}")
+    return "".join(rules)
+
+
+_NOTEBOOK_CSS = _scoped(_CSS, ".torchtriage")
 _LAYER_COLOURS = {"data_loading": "#f59e0b", "host": "#8b5cf6", "kernel": "#3b82f6",
                   "communication": "#10b981", "memory": "#ef4444"}
 
@@ -287,8 +300,10 @@ def _job_sections(page: Page, job: Any, diagnoses: list[Diagnosis]) -> None:
 # --- light summary (Jupyter) ------------------------------------------------------------------
 
 def summary_html(d: Diagnosis) -> str:
-    """Verdict, layers and prescriptions without plots (for notebooks)."""
-    return (f'<div><style>{_CSS}</style><section><div class="verdict">Bottleneck: '
+    """Verdict, layers and prescriptions without plots (for notebooks; the styles are scoped
+    to the output, not the notebook)."""
+    return (f'<div class="torchtriage"><style>{_NOTEBOOK_CSS}</style><section><div '
+            'class="verdict">Bottleneck: '
             f'{esc(d.primary)} <span class="badge">confidence {esc(d.confidence)}</span></div>'
             f'<p>{esc(d.summary)}</p>{_layers_table(d)}{_findings(d)}<h3>What to fix first'
             f'</h3>{_prescriptions(d)}</section></div>')
