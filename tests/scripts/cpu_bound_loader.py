@@ -1,4 +1,6 @@
-"""Data loading that needs CPU, with one worker per core: every core is busy preprocessing."""
+"""Data loading that needs CPU, with one worker more than there are cores: every core is busy
+preprocessing (one worker per core left a core idle now and then while a worker waited to
+hand over its batch)."""
 
 import os
 
@@ -22,7 +24,7 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     model = torch.nn.Linear(1024, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = DataLoader(Heavy(), batch_size=16, num_workers=os.cpu_count() or 2)
+    loader = DataLoader(Heavy(), batch_size=16, num_workers=(os.cpu_count() or 2) + 1)
     for step, (x, y) in enumerate(loader):
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
