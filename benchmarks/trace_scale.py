@@ -85,7 +85,9 @@ print(json.dumps({"s": elapsed, "peak": peak, "failed": failed}))
 
 
 def raw_size(path: Path) -> int:
-    with gzip.open(path) if path.read_bytes()[:2] == b"\x1f\x8b" else path.open("rb") as f:
+    with path.open("rb") as head:
+        gzipped = head.read(2) == b"\x1f\x8b"
+    with gzip.open(path) if gzipped else path.open("rb") as f:
         return sum(len(block) for block in iter(lambda: f.read(1 << 24), b""))
 
 

@@ -10,6 +10,7 @@ from torchtriage.diagnosis.job import JobDiagnosis, diagnose_job
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.trace.discover import find_trace_files
 from torchtriage.trace.ingest import MEMORY_LIMIT_ENV, default_memory_limit, load_trace
+from torchtriage.trace.model import Trace
 from torchtriage.units import parse_bytes
 
 
@@ -33,18 +34,37 @@ def analyze(
     Raises:
         TraceError: a path or file that is not a readable Kineto trace.
     """
+    return [d for _, d in _load_and_diagnose(path, device_memory, top, workers, False)]
+
+
+def analyze_with_traces(
+    path: str | os.PathLike[str],
+    *,
+    device_memory: int | str | None = None,
+    top: int = 10,
+    workers: int | None = None,
+) -> tuple[list[Diagnosis], list[Trace]]:
+    """:func:`analyze`, also returning the loaded traces (same order), for reports that draw
+    from the trace itself (the HTML timeline and memory curve) without loading it twice."""
+    pairs = _load_and_diagnose(path, device_memory, top, workers, True)
+    return [d for _, d in pairs], [t for t, _ in pairs]
+
+
+def _load_and_diagnose(path, device_memory, top: int, workers: int | None,
+                       keep_traces: bool) -> list[tuple[Trace | None, Diagnosis]]:
     capacity = parse_bytes(device_memory) if device_memory is not None else None
     paths = find_trace_files(path)
     workers = min(len(paths), workers or os.cpu_count() or 1)
     if workers <= 1:
-        return [_diagnose_file(p, capacity, top) for p in paths]
+        return [_diagnose_file(p, capacity, top, None, keep_traces) for p in paths]
     # Rank traces are independent: parse and diagnose them in parallel processes, each with
     # its share of the memory limit.
     limit, source = default_memory_limit()
     share = None if source == MEMORY_LIMIT_ENV else limit // workers
+    n = len(paths)
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_diagnose_file, paths, [capacity] * len(paths),
-                             [top] * len(paths), [share] * len(paths)))
+        return list(pool.map(_diagnose_file, paths, [capacity] * n, [top] * n, [share] * n,
+                             [keep_traces] * n))
 
 
 def analyze_job(
@@ -58,6 +78,7 @@ def analyze_job(
     return diagnose_job(analyze(path, device_memory=device_memory, top=top))
 
 
-def _diagnose_file(path, capacity: int | None, top: int,
-                   memory_limit: int | None = None) -> Diagnosis:
-    return diagnose(load_trace(path, memory_limit), device_memory=capacity, top=top)
+def _diagnose_file(path, capacity: int | None, top: int, memory_limit: int | None,
+                   keep_trace: bool) -> tuple[Trace | None, Diagnosis]:
+    trace = load_trace(path, memory_limit)
+    return (trace if keep_trace else None), diagnose(trace, device_memory=capacity, top=top)

@@ -78,13 +78,18 @@ def analyze(
 ) -> None:
     """Diagnose a Kineto trace captured elsewhere (torch.profiler, tensorboard_trace_handler)."""
     from torchtriage.api import analyze as analyze_path
+    from torchtriage.api import analyze_with_traces
     from torchtriage.diagnosis.job import diagnose_job
     from torchtriage.report.terminal import job_renderable
 
-    diagnoses = analyze_path(path, device_memory=device_memory, top=top)
+    traces = None
+    if html_out is not None:  # the report draws from the traces: keep them, load once
+        diagnoses, traces = analyze_with_traces(path, device_memory=device_memory, top=top)
+    else:
+        diagnoses = analyze_path(path, device_memory=device_memory, top=top)
     job = diagnose_job(diagnoses) if len(diagnoses) > 1 else None
     if html_out is not None:
-        _write_html(html_out, path, diagnoses, job, quiet=json_out)
+        _write_html(html_out, path, diagnoses, job, traces=traces, quiet=json_out)
     if md_out is not None:
         from torchtriage.report.markdown import diagnosis_markdown
 
@@ -108,7 +113,7 @@ def report(
 ) -> None:
     """Write the self-contained HTML report (default RUN_DIR/report.html): of a fix or ab
     directory (fix.json, ab.json), else of the traces in it."""
-    from torchtriage.api import analyze as analyze_path
+    from torchtriage.api import analyze_with_traces
     from torchtriage.diagnosis.job import diagnose_job
 
     for name, page_of in (("fix.json", _fix_report), ("ab.json", _ab_report)):
@@ -116,11 +121,11 @@ def report(
             _write_page(html_out or run_dir / "report.html", page_of(run_dir / name),
                         quiet=False)
             return
-    diagnoses = analyze_path(run_dir, device_memory=device_memory)
+    diagnoses, traces = analyze_with_traces(run_dir, device_memory=device_memory)
     job = diagnose_job(diagnoses) if len(diagnoses) > 1 else None
     target = html_out or (run_dir / "report.html" if run_dir.is_dir() else
                           run_dir.with_suffix("").with_suffix(".html"))
-    _write_html(target, run_dir, diagnoses, job, quiet=False)
+    _write_html(target, run_dir, diagnoses, job, traces=traces, quiet=False)
 
 
 def _read_document(path: Path):
@@ -146,13 +151,16 @@ def _ab_report(path: Path) -> str:
     return ab_page(_read_document(path))
 
 
-def _write_html(target: Path, source: Path, diagnoses, job, *, quiet: bool) -> None:
-    """The diagnosis report of the traces at ``source`` (loaded again for the timeline and
-    the memory curve)."""
-    from torchtriage.report.html import diagnosis_page, load_traces
-    from torchtriage.trace import find_trace_files
+def _write_html(target: Path, source: Path, diagnoses, job, *, traces=None,
+                quiet: bool) -> None:
+    """The diagnosis report; the timeline and the memory curve come from ``traces``, loaded
+    from ``source`` when not given (``run``: its diagnoses were made in the script's
+    process)."""
+    from torchtriage.report.html import diagnosis_page
+    from torchtriage.trace import find_trace_files, load_trace
 
-    traces = load_traces(find_trace_files(source))
+    if traces is None:
+        traces = [load_trace(p) for p in find_trace_files(source)]
     if len(traces) != len(diagnoses):
         traces = None
     _write_page(target, diagnosis_page(diagnoses, traces, job,

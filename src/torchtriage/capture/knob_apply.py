@@ -113,8 +113,10 @@ def _split_batches(run, bound: dict[str, Any], where: str | None) -> None:
     k = run.knobs["memory.grad_accumulation"]
     size = bound.get("batch_size", 1)
     if bound.get("batch_sampler") is not None or size is None:
-        run.note("memory.grad_accumulation", False, f"DataLoader at {where} batches with its "
-                 "own batch_sampler: its batches cannot be split")
+        how = ("its own batch_sampler" if size is not None else
+               "batch_size=None (the dataset yields whole batches)")
+        run.note("memory.grad_accumulation", False, f"DataLoader at {where} batches with "
+                 f"{how}: its batches cannot be split")
         return
     if size % k:
         run.note("memory.grad_accumulation", False, f"DataLoader at {where} has batch_size="

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -314,8 +313,3 @@ def write_page(path: Path, page: str) -> Path:
     path.write_text(page, encoding="utf-8")
     return path
 
-
-def load_traces(paths: Iterable[Path]) -> list[Any]:
-    from torchtriage.trace import load_trace
-
-    return [load_trace(p) for p in paths]
