@@ -53,7 +53,7 @@ def rss():
 if mode == "orjson":
     import gzip, orjson
 elif mode == "torchtriage":
-    from torchtriage.diagnosis import diagnose
+    from torchtriage.diagnosis.diagnose import diagnose
     from torchtriage.trace import load_trace
 else:
     import logging, warnings

@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
 
         with torchtriage.profile(out_dir=args.profile) as prof:
             losses = train(args.steps, args.device, on_step=prof.step, **options)
-        print(prof.diagnosis.render_text())
+        print(torchtriage.render_text(prof.diagnosis))
     else:
         start = time.perf_counter()
         losses = train(args.steps, args.device, **options)

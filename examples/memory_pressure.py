@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         extra = {"device_memory": DEVICE_MEMORY} if args.device == "cpu" else {}
         with torchtriage.profile(out_dir=args.profile, **extra) as prof:
             losses = train(args.steps, args.device, on_step=prof.step, **options)
-        print(prof.diagnosis.render_text())
+        print(torchtriage.render_text(prof.diagnosis))
     else:
         start = time.perf_counter()
         losses = train(args.steps, args.device, **options)

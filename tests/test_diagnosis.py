@@ -7,10 +7,11 @@ import json
 import pytest
 from conftest import write_trace, x
 
-from torchtriage.diagnosis import LAYERS, diagnose
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import CATALOG, remedies_for
+from torchtriage.diagnosis.diagnose import diagnose
 from torchtriage.diagnosis.result import decode_diagnosis
+from torchtriage.diagnosis.vocabulary import LAYERS
 from torchtriage.trace import load_trace
 
 REQUIRED_IDS = {

@@ -8,14 +8,13 @@ from pathlib import Path
 import pytest
 
 from torchtriage.analysis.categories import CPU_CATEGORIES, GPU_CATEGORIES
-from torchtriage.diagnosis import LAYERS
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import CATALOG
-from torchtriage.documents import DOCUMENTS
-from torchtriage.fix.result import STEP_RESULTS
+from torchtriage.diagnosis.vocabulary import LAYERS
+from torchtriage.results.ab import AB_VERDICTS, PARITY_STATUSES, TRIAL_STATUSES
+from torchtriage.results.fix import STEP_RESULTS
+from torchtriage.results.registry import DOCUMENTS
 from torchtriage.verify import policy
-from torchtriage.verify.ab import AB_VERDICTS, TRIAL_STATUSES
-from torchtriage.verify.parity import PARITY_STATUSES
 from torchtriage.verify.store import RUN_KINDS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,7 +54,7 @@ def test_architecture_names_every_package_folder():
 def test_committed_json_schemas_match_the_code(document):
     import json
 
-    from torchtriage.documents import json_schema
+    from torchtriage.results.registry import json_schema
 
     committed = json.loads((REPO / "docs" / f"{document}.schema.json").read_text())
     assert committed == json_schema(document), \

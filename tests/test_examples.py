@@ -39,7 +39,7 @@ def test_example_is_classified_with_its_injected_layer(profiled):
     assert d.prescriptions[0].id == first_fix
     assert d.confidence in ("medium", "high")
     assert d.trace.steps_analyzed == [3, 4, 5, 6, 7]
-    assert f"Bottleneck: {layer}" in d.render_text()
+    assert f"Bottleneck: {layer}" in torchtriage.render_text(d)
 
 
 def test_breakdown_sums_to_step_wall_time(profiled):

@@ -47,7 +47,7 @@ def test_bottleneck_is_classified_with_its_prescription_first(case):
     for step in d.breakdown.steps:
         assert sum(step.exposed_ms.values()) == pytest.approx(step.wall_ms, rel=0.01)
     assert d.gpu is not None and d.gpu.top_kernels
-    text = d.render_text()
+    text = torchtriage.render_text(d)
     assert f"Bottleneck: {layer}" in text and "Device time by kernel class" in text
 
 

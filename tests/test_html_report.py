@@ -105,10 +105,15 @@ def test_report_bad_inputs(tmp_path):
 
 
 def test_jupyter_display_of_a_diagnosis():
-    import torchtriage
+    from IPython.core.interactiveshell import InteractiveShell
 
-    (d,) = torchtriage.analyze(GPU_TRACE)
-    markup = d._repr_html_()
+    import torchtriage
+    from torchtriage.report import notebook
+
+    shell = InteractiveShell.instance()  # what a notebook kernel runs
+    assert notebook.register()
+    d = torchtriage.diagnose(GPU_TRACE)
+    markup = shell.display_formatter.format(d)[0]["text/html"]
     assert "Bottleneck" in markup and d.primary in markup and "<script" not in markup
     # its styles apply to the output only, not to the notebook around it
     css = markup.split("<style>")[1].split("</style>")[0]

@@ -1,27 +1,38 @@
-"""Library entry point for traces captured elsewhere."""
+"""The library's facade for traces captured elsewhere: diagnose, compare, render.
+
+Every function takes a path (a trace file, a directory of rank traces, or a run directory)
+and returns a typed document; the one decision between a single diagnosis and a job's is
+made by :func:`torchtriage.diagnosis.traces.diagnose_traces`.
+"""
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
 
-from torchtriage.diagnosis.diagnose import diagnose
 from torchtriage.diagnosis.job import JobDiagnosis, diagnose_job
 from torchtriage.diagnosis.result import Diagnosis
-from torchtriage.trace.discover import find_trace_files
-from torchtriage.trace.ingest import MEMORY_LIMIT_ENV, default_memory_limit, load_trace
-from torchtriage.trace.model import Trace
+from torchtriage.diagnosis.traces import DiagnoseOptions, diagnose_traces
+from torchtriage.document import JsonDocument
+from torchtriage.report.render import render_text as _render_text
 from torchtriage.units import parse_bytes
 
+PathLike = str | os.PathLike[str]
 
-def analyze(
-    path: str | os.PathLike[str],
+
+def _options(device_memory: int | str | None, top: int, workers: int | None
+             ) -> DiagnoseOptions:
+    capacity = parse_bytes(device_memory) if device_memory is not None else None
+    return DiagnoseOptions(device_memory=capacity, top=top, workers=workers)
+
+
+def diagnose(
+    path: PathLike,
     *,
     device_memory: int | str | None = None,
     top: int = 10,
     workers: int | None = None,
-) -> list[Diagnosis]:
-    """Diagnose every trace at ``path`` (a trace file, or a directory of them).
+) -> Diagnosis | JobDiagnosis:
+    """Diagnose the trace(s) at ``path``.
 
     Args:
         path: ``.json`` / ``.json.gz`` trace, a directory holding traces, or a run directory.
@@ -31,54 +42,65 @@ def analyze(
         workers: processes that load and diagnose rank traces in parallel (default: one per
             core); each holds one trace's tables at a time.
 
+    Returns:
+        A :class:`Diagnosis` for one trace, a :class:`JobDiagnosis` for several (its
+        ``rank_diagnoses`` are the per-rank diagnoses).
+
     Raises:
         TraceError: a path or file that is not a readable Kineto trace.
     """
-    return [d for _, d in _load_and_diagnose(path, device_memory, top, workers, False)]
+    return diagnose_traces(path, _options(device_memory, top, workers))
 
 
-def analyze_with_traces(
-    path: str | os.PathLike[str],
+def analyze(
+    path: PathLike,
     *,
     device_memory: int | str | None = None,
     top: int = 10,
     workers: int | None = None,
-) -> tuple[list[Diagnosis], list[Trace]]:
-    """:func:`analyze`, also returning the loaded traces (same order), for reports that draw
-    from the trace itself (the HTML timeline and memory curve) without loading it twice."""
-    pairs = _load_and_diagnose(path, device_memory, top, workers, True)
-    return [d for _, d in pairs], [t for t, _ in pairs]
+) -> list[Diagnosis]:
+    """Diagnose every trace at ``path``, one :class:`Diagnosis` per trace (by rank).
 
+    Args: as :func:`diagnose`.
 
-def _load_and_diagnose(path, device_memory, top: int, workers: int | None,
-                       keep_traces: bool) -> list[tuple[Trace | None, Diagnosis]]:
-    capacity = parse_bytes(device_memory) if device_memory is not None else None
-    paths = find_trace_files(path)
-    workers = min(len(paths), workers or os.cpu_count() or 1)
-    if workers <= 1:
-        return [_diagnose_file(p, capacity, top, None, keep_traces) for p in paths]
-    # Rank traces are independent: parse and diagnose them in parallel processes, each with
-    # its share of the memory limit.
-    limit, source = default_memory_limit()
-    share = None if source == MEMORY_LIMIT_ENV else limit // workers
-    n = len(paths)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_diagnose_file, paths, [capacity] * n, [top] * n, [share] * n,
-                             [keep_traces] * n))
+    Returns:
+        The per-rank diagnoses (one element for a single trace).
+
+    Raises:
+        TraceError: a path or file that is not a readable Kineto trace.
+    """
+    return diagnose(path, device_memory=device_memory, top=top, workers=workers
+                    ).rank_diagnoses
 
 
 def analyze_job(
-    path: str | os.PathLike[str],
+    path: PathLike,
     *,
     device_memory: int | str | None = None,
     top: int = 10,
 ) -> JobDiagnosis:
     """Diagnose a directory of rank traces as one job: per-rank verdicts, stragglers, one
-    job-level verdict (see :mod:`torchtriage.diagnosis.job`)."""
-    return diagnose_job(analyze(path, device_memory=device_memory, top=top))
+    job-level verdict (see :mod:`torchtriage.diagnosis.job`); a single trace makes a job of
+    one rank.
+
+    Args: as :func:`diagnose`.
+
+    Returns:
+        The :class:`JobDiagnosis`.
+    """
+    doc = diagnose(path, device_memory=device_memory, top=top)
+    return doc if isinstance(doc, JobDiagnosis) else diagnose_job([doc])
 
 
-def _diagnose_file(path, capacity: int | None, top: int, memory_limit: int | None,
-                   keep_trace: bool) -> tuple[Trace | None, Diagnosis]:
-    trace = load_trace(path, memory_limit)
-    return (trace if keep_trace else None), diagnose(trace, device_memory=capacity, top=top)
+def render_text(doc: JsonDocument, *, width: int = 110) -> str:
+    """The terminal report of any torchtriage document (a diagnosis, a job, a comparison, an
+    A/B or fix result) as plain text.
+
+    Args:
+        doc: the document, e.g. ``prof.diagnosis`` or what :func:`diagnose` returned.
+        width: columns.
+
+    Returns:
+        The report, without colour codes.
+    """
+    return _render_text(doc, width=width)

@@ -8,6 +8,7 @@ an unexpected failure is one line too (exit 3), with the traceback only when
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -16,8 +17,40 @@ import msgspec
 import typer
 from rich.console import Console
 
-from torchtriage import __version__
+from torchtriage.capture.knobs import KNOBS, parse_knobs
+from torchtriage.capture.runner import (
+    describe_failure,
+    python_command,
+    run_command,
+    write_diagnosis,
+)
+from torchtriage.capture.session import profile
+from torchtriage.demo import DEMO_EXAMPLE, DEMO_STEPS, load_example
+from torchtriage.diagnosis.job import JobDiagnosis
+from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.diagnosis.traces import (
+    DiagnoseOptions,
+    TraceDetail,
+    diagnose_traces,
+    diagnose_traces_with_detail,
+    trace_details,
+)
 from torchtriage.errors import TorchtriageError
+from torchtriage.fix.loop import run_fix
+from torchtriage.report.html import diagnosis_page, write_page
+from torchtriage.report.markdown import ab_markdown, comparison_markdown, diagnosis_markdown
+from torchtriage.report.progress import TrialProgress
+from torchtriage.report.render import renderable
+from torchtriage.report.verify_html import ab_page, compare_page, fix_page
+from torchtriage.report.verify_view import history_table
+from torchtriage.results.ab import ABResult
+from torchtriage.results.fix import FixResult
+from torchtriage.results.registry import REGISTRY, decode_document, json_schema, read_document
+from torchtriage.units import parse_bytes, parse_duration, parse_percent
+from torchtriage.verify.ab import run_ab
+from torchtriage.verify.compare import compare as compare_paths
+from torchtriage.verify.store import ENV, RUN_KINDS, RunStore
+from torchtriage.version import __version__
 
 app = typer.Typer(
     name="torchtriage",
@@ -77,31 +110,18 @@ def analyze(
     md_out: MarkdownOut = None,
 ) -> None:
     """Diagnose a Kineto trace captured elsewhere (torch.profiler, tensorboard_trace_handler)."""
-    from torchtriage.api import analyze as analyze_path
-    from torchtriage.api import analyze_with_traces
-    from torchtriage.diagnosis.job import diagnose_job
-    from torchtriage.report.terminal import job_renderable
-
-    traces = None
-    if html_out is not None:  # the report draws from the traces: keep them, load once
-        diagnoses, traces = analyze_with_traces(path, device_memory=device_memory, top=top)
+    options = DiagnoseOptions(device_memory=_capacity(device_memory), top=top)
+    if html_out is not None:  # the report draws from the traces: one load for both
+        doc, details = diagnose_traces_with_detail(path, options)
+        _write_html(html_out, path, doc, details, quiet=json_out)
     else:
-        diagnoses = analyze_path(path, device_memory=device_memory, top=top)
-    job = diagnose_job(diagnoses) if len(diagnoses) > 1 else None
-    if html_out is not None:
-        _write_html(html_out, path, diagnoses, job, traces=traces, quiet=json_out)
+        doc = diagnose_traces(path, options)
     if md_out is not None:
-        from torchtriage.report.markdown import diagnosis_markdown
-
-        _write_page(md_out, diagnosis_markdown(diagnoses, job), quiet=json_out)
+        _write_page(md_out, diagnosis_markdown(doc), quiet=json_out)
     if json_out:
-        sys.stdout.write((job or diagnoses[0]).to_json() + "\n")
+        sys.stdout.write(doc.to_json() + "\n")
         return
-    console = Console()
-    for d in diagnoses:
-        console.print(d)
-    if job is not None:
-        console.print(job_renderable(job))
+    Console().print(renderable(doc))
 
 
 @app.command()
@@ -113,64 +133,42 @@ def report(
 ) -> None:
     """Write the self-contained HTML report (default RUN_DIR/report.html): of a fix or ab
     directory (fix.json, ab.json), else of the traces in it."""
-    from torchtriage.api import analyze_with_traces
-    from torchtriage.diagnosis.job import diagnose_job
-
-    for name, page_of in (("fix.json", _fix_report), ("ab.json", _ab_report)):
+    for name in ("fix.json", "ab.json"):
         if (run_dir / name).is_file():
-            _write_page(html_out or run_dir / "report.html", page_of(run_dir / name),
+            _write_page(html_out or run_dir / "report.html", _result_page(run_dir / name),
                         quiet=False)
             return
-    diagnoses, traces = analyze_with_traces(run_dir, device_memory=device_memory)
-    job = diagnose_job(diagnoses) if len(diagnoses) > 1 else None
+    doc, details = diagnose_traces_with_detail(
+        run_dir, DiagnoseOptions(device_memory=_capacity(device_memory)))
     target = html_out or (run_dir / "report.html" if run_dir.is_dir() else
                           run_dir.with_suffix("").with_suffix(".html"))
-    _write_html(target, run_dir, diagnoses, job, traces=traces, quiet=False)
+    _write_html(target, run_dir, doc, details, quiet=False)
 
 
-def _read_document(path: Path):
-    from torchtriage.documents import decode_document
-
-    try:
-        return decode_document(msgspec.json.decode(path.read_bytes()))
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise TorchtriageError(f"{path}: not a readable torchtriage document ({exc})") from None
+def _capacity(device_memory: str | None) -> int | None:
+    return parse_bytes(device_memory) if device_memory is not None else None
 
 
-def _fix_report(path: Path) -> str:
-    from torchtriage.report.verify_html import fix_page
-
-    result = _read_document(path)
-    patch = path.parent / "fix.patch"
-    return fix_page(result, patch.read_text() if patch.is_file() else "")
-
-
-def _ab_report(path: Path) -> str:
-    from torchtriage.report.verify_html import ab_page
-
-    return ab_page(_read_document(path))
+def _result_page(path: Path) -> str:
+    """The HTML page of a stored ``fix.json`` (with its patch) or ``ab.json``."""
+    doc = read_document(path.read_bytes(), str(path))
+    if isinstance(doc, FixResult):
+        patch = path.parent / "fix.patch"
+        return fix_page(doc, patch.read_text() if patch.is_file() else "")
+    if isinstance(doc, ABResult):
+        return ab_page(doc)
+    raise TorchtriageError(f"{path}: a {doc.schema} document has no report page")
 
 
-def _write_html(target: Path, source: Path, diagnoses, job, *, traces=None,
-                quiet: bool) -> None:
-    """The diagnosis report; the timeline and the memory curve come from ``traces``, loaded
-    from ``source`` when not given (``run``: its diagnoses were made in the script's
-    process)."""
-    from torchtriage.report.html import diagnosis_page
-    from torchtriage.trace import find_trace_files, load_trace
-
-    if traces is None:
-        traces = [load_trace(p) for p in find_trace_files(source)]
-    if len(traces) != len(diagnoses):
-        traces = None
-    _write_page(target, diagnosis_page(diagnoses, traces, job,
+def _write_html(target: Path, source: Path, doc: Diagnosis | JobDiagnosis,
+                details: list[TraceDetail] | None, *, quiet: bool) -> None:
+    """The diagnosis report; the timeline and the memory curve come from ``details``."""
+    _write_page(target, diagnosis_page(doc, details,
                                        title=f"torchtriage: {source.name or source}"),
                 quiet=quiet)
 
 
 def _write_page(target: Path, page: str, *, quiet: bool) -> None:
-    from torchtriage.report.html import write_page
-
     try:
         write_page(target, page)
     except OSError as exc:
@@ -187,9 +185,6 @@ def demo(
     json_out: AsJson = False,
 ) -> None:
     """Profile the bundled data-starved example and print its diagnosis (CPU, ~10 s)."""
-    from torchtriage.capture.session import profile
-    from torchtriage.demo import DEMO_EXAMPLE, DEMO_STEPS, load_example
-
     example = load_example(DEMO_EXAMPLE)
     console = Console(stderr=json_out)
     console.print(f"[dim]torchtriage demo: profiling examples/{DEMO_EXAMPLE}.py "
@@ -200,7 +195,7 @@ def demo(
     if json_out:
         sys.stdout.write(d.to_json() + "\n")
         return
-    console.print(d)
+    console.print(renderable(d))
     if d.prescriptions:
         p = d.prescriptions[0]
         console.print(f"[bold]First prescription:[/bold] {p.id} - {p.title}\n    {p.code}")
@@ -231,17 +226,8 @@ def run_script(
 ) -> None:
     """Profile an unmodified script: torchtriage run [OPTIONS] -- python train.py ARGS
     (or -- torchrun --nproc_per_node=N train.py ARGS)."""
-    from torchtriage.capture.knobs import parse_knobs
-    from torchtriage.capture.runner import (
-        describe_failure,
-        python_command,
-        run_command,
-        write_diagnosis,
-    )
-    from torchtriage.units import parse_bytes
-
     knobs = parse_knobs(knob or [])  # refused before the script starts
-    capacity = parse_bytes(device_memory) if device_memory is not None else None
+    capacity = _capacity(device_memory)
     command = python_command(list(ctx.args))
     runs = _open_store(store, required=False)
     run_id = runs.start_run("run", command, knobs=knobs, out_dir=out) if runs else None
@@ -249,29 +235,20 @@ def run_script(
                          timeout=timeout, device_memory=capacity, quiet_output=json_out)
     if result.traces:
         write_diagnosis(result, capacity, top)
-    if html_out is not None and result.diagnoses:
-        from torchtriage.diagnosis.job import diagnose_job
-
-        job = diagnose_job(result.diagnoses) if len(result.diagnoses) > 1 else None
-        _write_html(html_out, out, result.diagnoses, job, quiet=json_out)
+    doc = result.diagnosis
+    if html_out is not None and doc is not None:
+        _write_html(html_out, out, doc, trace_details(result.traces), quiet=json_out)
     failure = describe_failure(result, timeout)
     if runs is not None:
-        doc = (msgspec.json.decode((out / "diagnosis.json").read_bytes())
-               if result.diagnoses else None)
-        summary = failure or (f"{doc['primary']} bottleneck ({doc['confidence']} "
-                              "confidence)" if doc else "")
-        runs.finish_run(run_id, "failed" if failure else "done", summary, doc)
+        summary = failure or (f"{doc.primary} bottleneck ({doc.confidence} confidence)"
+                              if doc else "")
+        runs.finish_run(run_id, "failed" if failure else "done", summary,
+                        doc.to_dict() if doc else None)
     console = Console(stderr=json_out)
-    if json_out and result.traces:
-        sys.stdout.write((out / "diagnosis.json").read_text())
-    elif result.diagnoses:
-        for d in result.diagnoses:
-            console.print(d)
-        if len(result.diagnoses) > 1:
-            from torchtriage.diagnosis.job import diagnose_job
-            from torchtriage.report.terminal import job_renderable
-
-            console.print(job_renderable(diagnose_job(result.diagnoses)))
+    if json_out and doc is not None:
+        sys.stdout.write(doc.to_json() + "\n")
+    elif doc is not None:
+        console.print(renderable(doc))
     for knob_id, entry in result.knobs.items():
         status = "applied" if entry["applied"] else "not applied"
         console.print(f"knob {knob_id}={entry['value']}: {status} ({entry['detail']})")
@@ -283,8 +260,6 @@ def run_script(
 def _open_store(path: Path | None, *, required: bool):
     """The run store; when it was not asked for explicitly and cannot be opened, a one-line
     warning and no store (profiling must not fail for want of a history)."""
-    from torchtriage.verify.store import ENV, RunStore
-
     explicit = path is not None or bool(os.environ.get(ENV))
     try:
         return RunStore(path)
@@ -293,18 +268,6 @@ def _open_store(path: Path | None, *, required: bool):
             raise
         print(f"torchtriage: warning: {exc}; not recording this run", file=sys.stderr)
         return None
-
-
-def _percent(text: str) -> float:
-    raw = text.strip().removesuffix("%")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise TorchtriageError(f"--fail-on-regression takes a percentage such as 5%, "
-                               f"got {text!r}") from None
-    if not 0 <= value < 100:
-        raise TorchtriageError(f"--fail-on-regression must be between 0% and 100%, got {text}")
-    return value / 100
 
 
 @app.command()
@@ -326,28 +289,21 @@ def compare(
 ) -> None:
     """Compare two profiles: speedup with a confidence interval, where the time went, op and
     kernel deltas."""
-    from torchtriage.units import parse_bytes
-    from torchtriage.verify.compare import compare as compare_paths
-
-    limit = _percent(fail_on_regression) if fail_on_regression is not None else None
-    capacity = parse_bytes(device_memory) if device_memory is not None else None
+    limit = parse_percent(fail_on_regression) if fail_on_regression is not None else None
+    capacity = _capacity(device_memory)
     runs = _open_store(store, required=False)
     c = compare_paths(a, b, min_effect=min_effect, device_memory=capacity)
     if runs is not None:
         c.store_id = runs.start_run("compare", [str(a), str(b)])
         runs.finish_run(c.store_id, "done", c.headline(), msgspec.to_builtins(c))
     if html_out is not None:
-        from torchtriage.report.verify_html import compare_page
-
         _write_page(html_out, compare_page(c), quiet=json_out)
     if md_out is not None:
-        from torchtriage.report.markdown import comparison_markdown
-
         _write_page(md_out, comparison_markdown(c), quiet=json_out)
     if json_out:
         sys.stdout.write(c.to_json() + "\n")
     else:
-        Console().print(c)
+        Console().print(renderable(c))
     if limit is not None and c.ci_high < 1 and 1 / c.speedup - 1 > limit:
         print(f"torchtriage: regression: B's median step is {1 / c.speedup - 1:.1%} longer "
               f"than A's (95% CI {1 / c.ci_high - 1:.1%} to {1 / c.ci_low - 1:.1%}), over "
@@ -384,11 +340,6 @@ def ab_command(
 ) -> None:
     """A/B-test knobs on an unmodified script: torchtriage ab --knob ID=VALUE -- python
     train.py ARGS. Interleaved trials, bootstrap CI, loss parity."""
-    import shlex
-
-    from torchtriage.capture.knobs import parse_knobs
-    from torchtriage.capture.runner import python_command
-    from torchtriage.verify.ab import run_ab
 
     knobs = parse_knobs(knob or [])
     command = python_command(list(ctx.args))
@@ -404,83 +355,21 @@ def ab_command(
     if not knobs and not cand and not json_out:
         console.print("[dim]no --knob and no --candidate: an A/A run (both arms identical) "
                       "that measures the noise[/dim]")
-    with _TrialProgress(console, enabled=not json_out) as progress:
+    with TrialProgress(console, enabled=not json_out) as progress:
         result = run_ab(command, out, knobs=knobs, candidate=cand, trials=trials,
                         warmup=warmup, steps=steps, timeout=timeout, min_effect=min_effect,
                         store=runs, progress=progress)
     if html_out is not None:
-        from torchtriage.report.verify_html import ab_page
-
         _write_page(html_out, ab_page(result), quiet=json_out)
     if md_out is not None:
-        from torchtriage.report.markdown import ab_markdown
-
         _write_page(md_out, ab_markdown(result), quiet=json_out)
     if json_out:
         sys.stdout.write(result.to_json() + "\n")
     else:
-        Console().print(result)
+        Console().print(renderable(result))
     if result.verdict == "failed":
         print(f"torchtriage: error: {result.summary}", file=sys.stderr)
         raise typer.Exit(1)
-
-
-class _TrialProgress:
-    """A one-line live display of the trial being run: what, k of n, elapsed."""
-
-    def __init__(self, console: Console, *, enabled: bool) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                                 transient=True, disable=not enabled)
-        self.console = console
-        self.enabled = enabled
-        self.task = None
-
-    def __enter__(self) -> _TrialProgress:
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)
-
-    def __call__(self, label: str, k: int, n: int, trial) -> None:
-        if self.task is None:
-            self.task = self.progress.add_task("", total=n or None)
-        if n == 0:  # a phase, not a trial
-            self.progress.update(self.task, description=label, total=None, completed=0)
-            return
-        if trial is None:
-            self.progress.update(self.task, description=f"trial {k}/{n}: {label}", total=n)
-            return
-        self.progress.update(self.task, completed=k)
-        if self.enabled:
-            what = (f"{trial.mean_step_ms:.1f} ms/step" if trial.status == "ok"
-                    else f"{trial.status}: {trial.error}")
-            self.console.print(f"[dim]trial {k}/{n} {trial.arm}{trial.idx}: {what}[/dim]",
-                               highlight=False, markup=True)
-
-
-def _duration(text: str) -> float:
-    """``90s``, ``10m``, ``1h`` or plain seconds."""
-    raw = text.strip().lower()
-    scale = {"s": 1, "m": 60, "h": 3600}.get(raw[-1:])
-    number = raw[:-1] if scale else raw
-    try:
-        seconds = float(number) * (scale or 1)
-    except ValueError:
-        raise TorchtriageError(f"--budget takes a duration such as 90s, 10m or 1h, got "
-                               f"{text!r}") from None
-    if seconds <= 0:
-        raise TorchtriageError(f"--budget must be positive, got {text!r}")
-    return seconds
 
 
 @app.command("fix",
@@ -510,31 +399,25 @@ def fix_command(
 ) -> None:
     """Diagnose, try the bottleneck's fixes cheapest first, keep what an A/B proves:
     torchtriage fix --out DIR -- python train.py ARGS."""
-    from torchtriage.capture.runner import python_command
-    from torchtriage.fix.loop import run_fix
-    from torchtriage.units import parse_bytes
-
-    seconds = _duration(budget)
-    capacity = parse_bytes(device_memory) if device_memory is not None else None
+    seconds = parse_duration(budget)
+    capacity = _capacity(device_memory)
     command = python_command(list(ctx.args))
     if not command:
         raise TorchtriageError("no command to run: put it after --, e.g. torchtriage fix -- "
                                "python train.py")
     runs = _open_store(store, required=False)
     console = Console(stderr=True)
-    with _TrialProgress(console, enabled=not json_out) as progress:
+    with TrialProgress(console, enabled=not json_out) as progress:
         result = run_fix(command, out, budget_s=seconds, trials=trials, warmup=warmup,
                          steps=steps, timeout=timeout, device_memory=capacity,
                          min_effect=min_effect, store=runs, progress=progress)
     if html_out is not None:
-        from torchtriage.report.verify_html import fix_page
-
         patch = Path(result.patch_file).read_text() if result.patch_file else ""
         _write_page(html_out, fix_page(result, patch), quiet=json_out)
     if json_out:
         sys.stdout.write(result.to_json() + "\n")
     else:
-        Console().print(result)
+        Console().print(renderable(result))
 
 
 @app.command()
@@ -547,9 +430,6 @@ def history(
     store: StorePath = None,
 ) -> None:
     """List recorded runs, A/B experiments and comparisons (newest first)."""
-    from torchtriage.report.verify_view import history_table
-    from torchtriage.verify.store import RUN_KINDS
-
     if kind is not None and kind not in RUN_KINDS:
         raise TorchtriageError(f"--kind takes one of {', '.join(RUN_KINDS)}, got {kind!r}")
     rows = _open_store(store, required=True).runs(limit=limit, kind=kind)
@@ -584,27 +464,12 @@ def show(
     if json_out:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(row.result)).decode() + "\n")
         return
-    Console().print(_stored_renderable(row.result))
-
-
-def _stored_renderable(doc: dict):
-    from torchtriage.diagnosis.job import JobDiagnosis
-    from torchtriage.documents import decode_document
-    from torchtriage.report.terminal import job_renderable
-
-    result = decode_document(doc)
-    if isinstance(result, JobDiagnosis):
-        from rich.console import Group
-
-        return Group(*result.diagnoses, job_renderable(result))
-    return result
+    Console().print(renderable(decode_document(row.result)))
 
 
 @app.command()
 def knobs() -> None:
     """List the knobs `run --knob` accepts."""
-    from torchtriage.capture.knobs import KNOBS
-
     for k in KNOBS.values():
         values = "|".join(k.choices) if k.choices else k.kind
         typer.echo(f"{k.id}={values}  {k.help}")
@@ -614,12 +479,9 @@ def knobs() -> None:
 def schema(
     document: Annotated[str, typer.Argument(
         metavar="[DOCUMENT]",
-        help="diagnosis (analyze --json, diagnosis.json), job (several ranks), compare "
-             "(compare --json) or ab (ab.json).")] = "diagnosis",
+        help="; ".join(f"{d.name} ({d.what})" for d in REGISTRY))] = "diagnosis",
 ) -> None:
     """Print the JSON Schema of one of torchtriage's JSON documents."""
-    from torchtriage.documents import json_schema
-
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(json_schema(document))).decode()
                      + "\n")
 

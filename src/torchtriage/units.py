@@ -1,4 +1,4 @@
-"""Parsing of sizes given by users ("16GiB", "512MB", 1073741824)."""
+"""Parsing of what users type: sizes ("16GiB", 1073741824), durations ("10m"), percentages."""
 
 from __future__ import annotations
 
@@ -32,3 +32,31 @@ def parse_bytes(value: int | str) -> int:
     if size <= 0:
         raise TorchtriageError(f"memory size must be positive, got {value!r}")
     return size
+
+
+def parse_duration(text: str, option: str = "--budget") -> float:
+    """Seconds from ``90s``, ``10m``, ``1h`` or plain seconds."""
+    raw = text.strip().lower()
+    scale = {"s": 1, "m": 60, "h": 3600}.get(raw[-1:])
+    number = raw[:-1] if scale else raw
+    try:
+        seconds = float(number) * (scale or 1)
+    except ValueError:
+        raise TorchtriageError(f"{option} takes a duration such as 90s, 10m or 1h, got "
+                               f"{text!r}") from None
+    if seconds <= 0:
+        raise TorchtriageError(f"{option} must be positive, got {text!r}")
+    return seconds
+
+
+def parse_percent(text: str, option: str = "--fail-on-regression") -> float:
+    """A fraction from ``5%`` or ``5`` (0 <= x < 100 percent)."""
+    raw = text.strip().removesuffix("%")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise TorchtriageError(f"{option} takes a percentage such as 5%, got {text!r}") \
+            from None
+    if not 0 <= value < 100:
+        raise TorchtriageError(f"{option} must be between 0% and 100%, got {text}")
+    return value / 100

@@ -19,7 +19,7 @@ from torchtriage.trace.model import Trace
 
 
 @dataclass(frozen=True)
-class Breakdown:
+class StepBreakdown:
     """Exposed time per step and category, in microseconds."""
 
     categories: tuple[str, ...]
@@ -43,7 +43,7 @@ class Breakdown:
         return float(self.total_exposed_us[self.categories.index(category)] / total)
 
 
-def step_breakdown(trace: Trace, steps: StepWindows) -> Breakdown:
+def step_breakdown(trace: Trace, steps: StepWindows) -> StepBreakdown:
     """Attribute the wall time of each step in ``steps`` to the trace mode's categories."""
     categories = categories_for(trace)
     masks = category_masks(trace, steps.main_thread)
@@ -52,7 +52,7 @@ def step_breakdown(trace: Trace, steps: StepWindows) -> Breakdown:
         steps.end,
         [(trace.events.ts[masks[c]], trace.events.end[masks[c]]) for c in categories[:-1]],
     )
-    return Breakdown(
+    return StepBreakdown(
         categories=categories,
         step_numbers=steps.numbers.copy(),
         wall_us=steps.wall.copy(),

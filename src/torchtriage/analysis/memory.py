@@ -55,3 +55,32 @@ def memory_peaks(trace: Trace) -> list[DeviceMemory]:
             )
         )
     return sorted(out, key=lambda d: -d.peak_allocated)
+
+
+@dataclass(frozen=True)
+class MemoryCurve:
+    """Allocated bytes over time on one device, for the report's memory figure."""
+
+    device: str  # "cpu" or "cuda:N"
+    time_ms: np.ndarray  # from the trace's first memory event
+    allocated_bytes: np.ndarray
+
+
+def memory_curves(trace: Trace, max_points: int = 3000) -> list[MemoryCurve]:
+    """Each device's ``total allocated`` series in time order, evenly thinned to at most
+    ``max_points`` samples (the first and last kept). Empty without ``[memory]`` events."""
+    mem = trace.memory
+    if len(mem.ts) == 0:
+        return []
+    t0 = float(mem.ts.min())
+    curves = []
+    pairs = np.unique(np.stack([mem.device_type, mem.device_id], 1), axis=0).tolist()
+    for device_type, device_id in pairs:
+        sel = np.flatnonzero((mem.device_type == device_type) & (mem.device_id == device_id))
+        sel = sel[np.argsort(mem.ts[sel], kind="stable")]
+        if sel.size > max_points:
+            sel = sel[np.linspace(0, sel.size - 1, max_points).astype(int)]
+        device = "cpu" if device_type == CPU_DEVICE_TYPE else f"cuda:{device_id}"
+        curves.append(MemoryCurve(device=device, time_ms=(mem.ts[sel] - t0) / 1e3,
+                                  allocated_bytes=mem.total_allocated[sel]))
+    return curves

@@ -15,11 +15,15 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torchtriage.diagnosis.job import JobDiagnosis
+from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.diagnosis.traces import DiagnoseOptions, diagnose_traces
 from torchtriage.errors import TorchtriageError
+from torchtriage.results.registry import read_document
 from torchtriage.trace.discover import TRACE_SUFFIXES
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
@@ -34,7 +38,7 @@ class RunResult:
     timed_out: bool
     traces: list[Path]
     records: list[dict[str, Any]]
-    diagnoses: list[Any] = field(default_factory=list)
+    diagnosis: Diagnosis | JobDiagnosis | None = None  # once write_diagnosis ran
 
     @property
     def knobs(self) -> dict[str, dict[str, Any]]:
@@ -145,61 +149,37 @@ def _trace_files(out: Path) -> list[Path]:
 
 
 def write_diagnosis(result: RunResult, device_memory: int | None, top: int = 10) -> None:
-    """Fill ``result.diagnoses``: read ``DIR/diagnosis.json`` when rank 0 already wrote it for
+    """Fill ``result.diagnosis``: read ``DIR/diagnosis.json`` when rank 0 already wrote it for
     these traces, else diagnose every rank trace and write it (a crashed or killed job)."""
     target = result.out / "diagnosis.json"
     newest = max((p.stat().st_mtime for p in result.traces), default=0.0)
     if target.exists() and target.stat().st_mtime >= newest:
-        result.diagnoses = read_diagnoses(target)
-        if len(result.diagnoses) == len(result.traces):
+        doc = read_document(target.read_bytes(), str(target))
+        if isinstance(doc, (Diagnosis, JobDiagnosis)) and \
+                len(doc.rank_diagnoses) == len(result.traces):
+            result.diagnosis = doc
             return
-    result.diagnoses = diagnose_run_dir(result.out, result.traces, result.records,
+    result.diagnosis = diagnose_run_dir(result.out, result.traces, result.records,
                                         device_memory, top)
 
 
 def diagnose_run_dir(out: Path, traces: list[Path], records: list[dict[str, Any]],
-                     device_memory: int | None, top: int = 10) -> list[Any]:
+                     device_memory: int | None, top: int = 10) -> Diagnosis | JobDiagnosis:
     """Diagnose rank traces (with each rank's machine samples) into ``out/diagnosis.json``:
     one diagnosis, or the job diagnosis (``torchtriage.job/1``) over several ranks."""
-    from torchtriage.diagnosis.diagnose import diagnose
-    from torchtriage.trace.ingest import load_trace
-
-    oom = any(r.get("oom") for r in records)  # set by the session's is_out_of_memory()
-    machine = {r.get("rank", 0): r.get("machine") for r in records}
-    diagnoses = [
-        diagnose(load_trace(p), device_memory=device_memory, oom=oom, top=top,
-                 machine=machine.get(_rank_of(p)))
-        for p in traces
-    ]
-    if len(diagnoses) == 1:
-        text = diagnoses[0].to_json()
-    else:
-        from torchtriage.diagnosis.job import diagnose_job
-
-        text = diagnose_job(diagnoses).to_json()
-    (out / "diagnosis.json").write_text(text + "\n")
-    return diagnoses
-
-
-def read_diagnoses(path: Path) -> list[Any]:
-    """The rank diagnoses in a ``diagnosis.json`` (one diagnosis, or a job's)."""
-    from torchtriage.diagnosis.job import JobDiagnosis
-    from torchtriage.documents import decode_document
-
-    doc = decode_document(json.loads(path.read_bytes()))
-    return list(doc.diagnoses) if isinstance(doc, JobDiagnosis) else [doc]
+    options = DiagnoseOptions(
+        device_memory=device_memory, top=top,
+        oom=any(r.get("oom") for r in records),  # set by the session's is_out_of_memory()
+        machine={r.get("rank", 0): r.get("machine") for r in records}, workers=1)
+    doc = diagnose_traces(traces, options)
+    (out / "diagnosis.json").write_text(doc.to_json() + "\n")
+    return doc
 
 
 def rank_files(out: Path) -> tuple[list[Path], list[dict[str, Any]]]:
     """The rank traces and run records in a run directory."""
     records = [json.loads(p.read_text()) for p in sorted(out.glob("run.rank*.json"))]
     return _trace_files(out), records
-
-
-def _rank_of(trace: Path) -> int:
-    """Rank from the ``rank<N>_<pid>...`` file name the bootstrap writes."""
-    head = trace.name.split("_", 1)[0]
-    return int(head[4:]) if head.startswith("rank") and head[4:].isdigit() else 0
 
 
 def describe_failure(result: RunResult, timeout: float | None) -> str | None:

@@ -1,9 +1,7 @@
-"""Layer classification and prescriptions.
+"""Layer classification and prescriptions: numbers from :mod:`torchtriage.analysis` in, a
+verdict out.
 
-Numbers from :mod:`torchtriage.analysis` in, a verdict out."""
-
-from torchtriage.diagnosis.diagnose import diagnose
-from torchtriage.diagnosis.result import SCHEMA, Diagnosis
-from torchtriage.diagnosis.vocabulary import LAYERS, TIME_LAYERS
-
-__all__ = ["LAYERS", "SCHEMA", "TIME_LAYERS", "Diagnosis", "diagnose"]
+The package imports nothing, so that any one module (the models in ``result``, the
+thresholds, the catalog) loads without the rest. Entry points: ``diagnose.diagnose`` (one
+loaded trace) and ``traces.diagnose_traces`` (files: one diagnosis or a job's).
+"""

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from torchtriage import __version__
-from torchtriage.analysis.breakdown import Breakdown, step_breakdown
+from torchtriage.analysis.breakdown import StepBreakdown, step_breakdown
 from torchtriage.analysis.collectives import collective_table
 from torchtriage.analysis.idle import comm_compute_overlap, idle_breakdown, temporal_breakdown
 from torchtriage.analysis.kernels import device_ops
@@ -35,6 +34,7 @@ from torchtriage.diagnosis.vocabulary import (
     TIME_LAYERS,
 )
 from torchtriage.trace.model import EventKind, Trace
+from torchtriage.version import __version__
 
 _SIGNIFICANT = {
     "data_loading": th.DATA_LOADING_SIGNIFICANT,
@@ -274,7 +274,7 @@ def _missing(trace: Trace, steps: StepWindows) -> list[str]:
     return out
 
 
-def _layer_times(breakdown: Breakdown, gpu: bool, small_op_us: float) -> dict[str, float]:
+def _layer_times(breakdown: StepBreakdown, gpu: bool, small_op_us: float) -> dict[str, float]:
     mapping = GPU_CATEGORY_LAYER if gpu else CPU_CATEGORY_LAYER
     out = {layer: 0.0 for layer in LAYERS}
     for cat, us in zip(breakdown.categories, breakdown.total_exposed_us, strict=True):
@@ -394,7 +394,7 @@ def _prescriptions(primary, ranked, facts, verdicts) -> list[r.Prescription]:
     return out
 
 
-def _breakdown_doc(b: Breakdown, gpu: bool) -> r.Breakdown:
+def _breakdown_doc(b: StepBreakdown, gpu: bool) -> r.Breakdown:
     total = b.total_exposed_us
     wall = b.total_wall_us
     return r.Breakdown(

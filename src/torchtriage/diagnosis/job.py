@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from typing import Literal
 
 import msgspec
 
-from torchtriage import __version__
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.result import Diagnosis, Evidence, Finding
-from torchtriage.documents import JsonDocument
+from torchtriage.diagnosis.vocabulary import Confidence, Layer
+from torchtriage.document import JsonDocument
+from torchtriage.version import __version__
 
 JOB_SCHEMA = "torchtriage.job/1"
 _CAUSE_LAYERS = ("data_loading", "host", "kernel")
@@ -30,7 +32,7 @@ _CAUSE_LAYERS = ("data_loading", "host", "kernel")
 
 class RankRow(msgspec.Struct, kw_only=True):
     rank: int
-    primary: str
+    primary: Layer
     median_step_ms: float
     shares: dict[str, float]  # time layers
     layer_ms: dict[str, float]
@@ -49,8 +51,8 @@ class JobDiagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     schema: str = JOB_SCHEMA
     tool_version: str = __version__
     summary: str
-    primary: str
-    confidence: str
+    primary: Layer
+    confidence: Confidence
     world_size: int
     step_time_skew: float  # (slowest - fastest) / median of the ranks' median step times
     ranks: list[RankRow]
@@ -59,7 +61,12 @@ class JobDiagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     diagnoses: list[Diagnosis] = []
     # How rank 0 got the per-rank diagnoses: "torchrun store" (each rank diagnosed its own
     # trace where it ran) or "run directory" (traces read from a shared directory).
-    gathered_via: str = "run directory"
+    gathered_via: Literal["torchrun store", "run directory"] = "run directory"
+
+    @property
+    def rank_diagnoses(self) -> list[Diagnosis]:
+        """The per-rank diagnoses, by rank."""
+        return list(self.diagnoses)
 
 
 def _rank(d: Diagnosis, index: int) -> int:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import msgspec
 
-from torchtriage.documents import JsonDocument
+from torchtriage.diagnosis.vocabulary import Confidence, Layer, Severity, TraceMode
+from torchtriage.document import JsonDocument
 
 SCHEMA = "torchtriage.diagnosis/1"
 
@@ -41,7 +42,7 @@ class StepTimes(msgspec.Struct, kw_only=True):
 class Breakdown(msgspec.Struct, kw_only=True):
     """Exposed time per category; each step's categories sum to its wall time."""
 
-    mode: str  # "gpu" or "cpu": which category list applies
+    mode: TraceMode  # which category list applies
     categories: list[str]  # priority order
     wall_ms: float
     exposed_ms: dict[str, float]
@@ -52,15 +53,15 @@ class Breakdown(msgspec.Struct, kw_only=True):
 
 class Finding(msgspec.Struct, kw_only=True):
     id: str
-    severity: str  # "info" | "warning" | "critical"
+    severity: Severity
     message: str
-    layer: str | None = None
+    layer: Layer | None = None
     evidence: list[Evidence] = []
 
 
 class Prescription(msgspec.Struct, kw_only=True):
     id: str
-    layer: str
+    layer: Layer
     cost: int  # 1 (a flag) .. 5 (engineering); the list is ordered by layer, then cost
     cost_label: str
     title: str
@@ -223,7 +224,7 @@ class CollectiveRow(msgspec.Struct, kw_only=True):
 
 class TraceInfo(msgspec.Struct, kw_only=True):
     path: str
-    mode: str
+    mode: TraceMode
     events: int
     devices: list[str] = []
     rank: int | None = None
@@ -250,8 +251,8 @@ class Diagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     schema: str = SCHEMA
     tool_version: str
     summary: str
-    primary: str
-    confidence: str
+    primary: Layer
+    confidence: Confidence
     trace: TraceInfo
     layers: dict[str, LayerResult]
     breakdown: Breakdown
@@ -266,22 +267,10 @@ class Diagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     collectives: list[CollectiveRow] = []
     capture: CaptureInfo | None = None
 
-    def render_text(self, *, width: int = 110) -> str:
-        """The terminal report as plain text."""
-        from torchtriage.report.terminal import render_to_text
-
-        return render_to_text(self, width=width)
-
-    def _repr_html_(self) -> str:
-        """Jupyter display: verdict, layers and prescriptions."""
-        from torchtriage.report.html import summary_html
-
-        return summary_html(self)
-
-    def __rich__(self):  # pragma: no cover - exercised through render_text
-        from torchtriage.report.terminal import renderable
-
-        return renderable(self)
+    @property
+    def rank_diagnoses(self) -> list[Diagnosis]:
+        """The per-rank diagnoses: this one (see ``JobDiagnosis.rank_diagnoses``)."""
+        return [self]
 
 
 def decode_diagnosis(data: bytes | str) -> Diagnosis:

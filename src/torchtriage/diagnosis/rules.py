@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from torchtriage.analysis.breakdown import Breakdown
+from torchtriage.analysis.breakdown import StepBreakdown
 from torchtriage.analysis.categories import (
     is_communication_kernel,
     is_dataloader,
@@ -58,7 +58,7 @@ class Facts:
 
     trace: Trace
     steps: StepWindows
-    breakdown: Breakdown
+    breakdown: StepBreakdown
     nesting: OpNesting
     layer_us: dict[str, float]
     small_op_us: float  # CPU: outermost-op time under th.SMALL_OP_US moved from kernel to host

@@ -5,6 +5,13 @@ These strings appear in JSON output, the README and later issues; never rename o
 
 from __future__ import annotations
 
+from typing import Literal
+
+Layer = Literal["data_loading", "host", "kernel", "communication", "memory"]
+Confidence = Literal["low", "medium", "high"]
+Severity = Literal["info", "warning", "critical"]
+TraceMode = Literal["gpu", "cpu"]
+
 LAYERS: dict[str, str] = {
     "data_loading": "the input pipeline: DataLoader work or waits, host-to-device input copies",
     "host": "CPU-side dispatch and launch overhead, host-device syncs, Python glue",
@@ -37,4 +44,5 @@ CPU_CATEGORY_LAYER: dict[str, str] = {
     "other": "host",
 }
 
-CONFIDENCE_LEVELS: tuple[str, ...] = ("low", "medium", "high")
+CONFIDENCE_LEVELS: tuple[str, ...] = Confidence.__args__
+SEVERITIES: tuple[str, ...] = Severity.__args__

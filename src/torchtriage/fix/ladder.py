@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchtriage.diagnosis.catalog import CATALOG
-from torchtriage.fix.result import Attempt, FixStep
+from torchtriage.results.fix import Attempt, FixStep
 from torchtriage.verify.parity import check_parity
 
 # rung -> the knob settings that inject it, tried in order (None: a code change)

@@ -36,13 +36,17 @@ from torchtriage.capture.runner import (
     run_command,
     write_diagnosis,
 )
+from torchtriage.diagnosis.job import JobDiagnosis
+from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.errors import TorchtriageError
 from torchtriage.fix import ladder
 from torchtriage.fix.candidates import NOT_INJECTED, machine_context, search_for
 from torchtriage.fix.patch import make_patch
-from torchtriage.fix.result import Attempt, FixResult, FixStep, Profiled
+from torchtriage.report.fix_view import fix_markdown
+from torchtriage.results.ab import ABResult, Trial
+from torchtriage.results.fix import Attempt, FixResult, FixStep, Profiled
 from torchtriage.verify import policy
-from torchtriage.verify.ab import ABResult, Trial, run_ab
+from torchtriage.verify.ab import run_ab
 
 PROFILE_STEPS = 9  # the seed schedule (1 wait + 2 warm-up + 5 active) and one more
 COMPILE_ESTIMATE_S = 45.0  # cold torch.compile, before one has been measured
@@ -114,8 +118,6 @@ def run_fix(
     result.store_id = store_id
     result.summary = _summary(result)
     (out / "fix.json").write_text(result.to_json() + "\n")
-    from torchtriage.report.fix_view import fix_markdown
-
     (out / "fix.md").write_text(fix_markdown(result, patch.diff))
     if store:
         store.finish_run(store_id, "done", result.headline(), msgspec.to_builtins(result))
@@ -161,7 +163,7 @@ class _Loop:
         if not result.traces:
             return None, losses, oom, outcomes
         write_diagnosis(result, self.device_memory)
-        return _representative(result.diagnoses), losses, oom, outcomes
+        return _representative(result.diagnosis), losses, oom, outcomes
 
     def _round(self, diagnosis, knobs: dict[str, Any], label: str) -> None:
         self.rounds.append(Profiled(
@@ -373,17 +375,15 @@ class _Loop:
             self.progress(text, 0, 0, None)
 
 
-def _representative(diagnoses: list) -> Any:
+def _representative(doc: Diagnosis | JobDiagnosis | None) -> Diagnosis | None:
     """One diagnosis to act on: the only one, or for several ranks the job's primary layer
     as seen by a rank that has it (its prescriptions are that layer's)."""
-    if len(diagnoses) == 1:
-        return diagnoses[0]
-    from torchtriage.diagnosis.job import diagnose_job
-
-    job = diagnose_job(diagnoses)
-    if job.straggler is not None:
-        return next(d for d in diagnoses if (d.trace.rank or 0) == job.straggler.rank)
-    return next((d for d in diagnoses if d.primary == job.primary), diagnoses[0])
+    if not isinstance(doc, JobDiagnosis):
+        return doc
+    ranks = doc.rank_diagnoses
+    if doc.straggler is not None:
+        return next(d for d in ranks if (d.trace.rank or 0) == doc.straggler.rank)
+    return next((d for d in ranks if d.primary == doc.primary), ranks[0])
 
 
 def _attempt(value: Any, ab: ABResult) -> Attempt:

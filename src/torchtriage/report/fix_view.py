@@ -8,15 +8,17 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from torchtriage.results.fix import FixResult, FixStep
+
 _STYLE = {"kept": "bold green", "dropped": "yellow", "failed": "red", "skipped": "dim",
           "not_injectable": "dim", "fits": "green", "does_not_fit": "yellow"}
 
 
-def _tried(step) -> str:
+def _tried(step: FixStep) -> str:
     return "; ".join(f"{a.value!r}: {a.note}" for a in step.attempts)
 
 
-def _detail(step) -> str:
+def _detail(step: FixStep) -> str:
     """What a step's row says: the values tried with their results, or why nothing was."""
     if not step.attempts:
         return step.why
@@ -24,7 +26,7 @@ def _detail(step) -> str:
     return head + _tried(step)
 
 
-def fix_renderable(r) -> RenderableType:
+def fix_renderable(r: FixResult) -> RenderableType:
     head = Text(r.summary)
     rounds = Table(box=box.SIMPLE_HEAD, title="Profile rounds")
     for col in ("round", "knobs", "bottleneck", "median step ms", "peak memory"):
@@ -53,7 +55,7 @@ def fix_renderable(r) -> RenderableType:
     return Group(*parts)
 
 
-def fix_markdown(r, diff: str = "") -> str:
+def fix_markdown(r: FixResult, diff: str = "") -> str:
     """The readable report, for a pull request or a notebook."""
     lines = [f"# torchtriage fix: `{' '.join(r.command)}`", "", r.summary, ""]
     if r.speedup is not None:

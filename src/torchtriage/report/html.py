@@ -6,7 +6,8 @@ capacity, and for jobs a per-rank heatmap.
 Every string that comes from a trace (op and kernel names are full of ``<`` and ``>``) is
 escaped: HTML text with :func:`html.escape`, figure data as JSON whose ``<``, ``>`` and ``&``
 are written as ``\\u003c``... so that nothing in a trace can close a ``<script>`` or open a
-tag. ``summary_html`` is the light version (no plots) behind ``Diagnosis._repr_html_``.
+tag. ``summary_html`` is the light version (no plots) that notebooks show
+(:mod:`torchtriage.report.notebook`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from torchtriage.analysis.memory import MemoryCurve
+from torchtriage.analysis.timeline import Timeline
+from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.diagnosis.traces import TraceDetail
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;
@@ -111,16 +116,17 @@ def _plotly_js() -> str:
 
 # --- the diagnosis report ---------------------------------------------------------------------
 
-def diagnosis_page(diagnoses: list[Diagnosis], traces: list[Any] | None = None,
-                   job: Any = None, title: str = "torchtriage report") -> str:
-    """The report for one trace or a job's ranks; ``traces`` (the loaded Trace objects, same
-    order) add the timeline and memory curve, ``job`` the job summary and rank heatmap."""
+def diagnosis_page(doc: Diagnosis | JobDiagnosis, details: list[TraceDetail] | None = None,
+                   title: str = "torchtriage report") -> str:
+    """The report for one trace or a job's ranks (the job summary and rank heatmap first);
+    ``details`` (per rank, same order) add the timeline and memory curve."""
+    diagnoses = doc.rank_diagnoses
     page = Page(title)
     page.add(f"<h1>{esc(title)}</h1><div class=\"muted\">torchtriage "
              f"{esc(diagnoses[0].tool_version)}</div>")
-    if job is not None:
-        _job_sections(page, job, diagnoses)
-    traces = traces or [None] * len(diagnoses)
+    if isinstance(doc, JobDiagnosis):
+        _job_sections(page, doc, diagnoses)
+    traces: list[TraceDetail | None] = list(details) if details else [None] * len(diagnoses)
     for d, trace in zip(diagnoses, traces, strict=True):
         if len(diagnoses) > 1:
             page.add(f"<h2 id=\"rank-{esc(d.trace.rank)}\">Rank {esc(d.trace.rank)}</h2>")
@@ -128,7 +134,7 @@ def diagnosis_page(diagnoses: list[Diagnosis], traces: list[Any] | None = None,
     return page.render()
 
 
-def _diagnosis_sections(page: Page, d: Diagnosis, trace: Any) -> None:
+def _diagnosis_sections(page: Page, d: Diagnosis, trace: TraceDetail | None) -> None:
     t = d.trace
     where = f"{t.mode.upper()} trace, {t.events:,} events, {len(t.steps_analyzed)} step(s)"
     if t.devices:
@@ -142,13 +148,13 @@ def _diagnosis_sections(page: Page, d: Diagnosis, trace: Any) -> None:
              '</section>')
     page.add(f'<section id="breakdown"><h2>Where each step\'s time goes</h2>'
              f'{_breakdown_figure(page, d)}</section>')
-    lanes = _timeline_figure(page, trace) if trace is not None else None
+    lanes = _timeline_figure(page, trace.timeline) if trace is not None else None
     if lanes:
         page.add(f'<section id="timeline"><h2>Timeline overview</h2><div class="muted">The '
                  'first analysed steps; gaps in the device lanes are device idle time.</div>'
                  f'{lanes}</section>')
     page.add(f'<section id="top"><h2>Top kernels and ops</h2>{_top_tables(d)}</section>')
-    memory = _memory_figure(page, d, trace) if trace is not None else None
+    memory = _memory_figure(page, d, trace.memory) if trace is not None else None
     page.add(f'<section id="memory"><h2>Memory</h2>{_memory_table(d)}{memory or ""}'
              '</section>')
 
@@ -200,11 +206,7 @@ def _breakdown_figure(page: Page, d: Diagnosis) -> str:
                               "xaxis": {"title": "step"}, "legend": {"orientation": "h"}})
 
 
-def _timeline_figure(page: Page, trace: Any) -> str | None:
-    from torchtriage.analysis.steps import find_steps
-    from torchtriage.analysis.timeline import timeline
-
-    line = timeline(trace, find_steps(trace))
+def _timeline_figure(page: Page, line: Timeline | None) -> str | None:
     if line is None or not line.lanes:
         return None
     data = [{"type": "bar", "orientation": "h", "name": esc(lane.name),
@@ -257,32 +259,24 @@ def _memory_table(d: Diagnosis) -> str:
             "</th></tr>" + rows + "</table>")
 
 
-def _memory_figure(page: Page, d: Diagnosis, trace: Any) -> str | None:
-    mem = trace.memory
-    if len(mem.ts) == 0:
+def _memory_figure(page: Page, d: Diagnosis, curves: list[MemoryCurve]) -> str | None:
+    if not curves:
         return None
     capacity = {m.device: m.capacity_bytes for m in d.memory if m.capacity_bytes}
-    t0 = float(mem.ts.min())
     data, shapes = [], []
-    for device_type, device_id in np.unique(np.stack([mem.device_type, mem.device_id], 1),
-                                            axis=0).tolist():
-        sel = np.flatnonzero((mem.device_type == device_type) & (mem.device_id == device_id))
-        sel = sel[np.argsort(mem.ts[sel], kind="stable")]
-        if sel.size > 3000:
-            sel = sel[np.linspace(0, sel.size - 1, 3000).astype(int)]
-        device = "cpu" if device_type == 0 else f"cuda:{device_id}"
+    for curve in curves:
         data.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv"},
-                     "name": esc(device), "x": np.round((mem.ts[sel] - t0) / 1e3, 3),
-                     "y": np.round(mem.total_allocated[sel] / 2**20, 2)})
-        if capacity.get(device):
+                     "name": esc(curve.device), "x": np.round(curve.time_ms, 3),
+                     "y": np.round(curve.allocated_bytes / 2**20, 2)})
+        if capacity.get(curve.device):
+            mib = capacity[curve.device] / 2**20
             shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1,
-                           "y0": capacity[device] / 2**20, "y1": capacity[device] / 2**20,
-                           "line": {"color": "#ef4444", "dash": "dash"}})
+                           "y0": mib, "y1": mib, "line": {"color": "#ef4444", "dash": "dash"}})
     return page.figure(data, {"shapes": shapes, "yaxis": {"title": "allocated MiB"},
                               "xaxis": {"title": "ms"}, "legend": {"orientation": "h"}})
 
 
-def _job_sections(page: Page, job: Any, diagnoses: list[Diagnosis]) -> None:
+def _job_sections(page: Page, job: JobDiagnosis, diagnoses: list[Diagnosis]) -> None:
     page.add(f'<section id="job"><div class="verdict">Job bottleneck: {esc(job.primary)}'
              f'</div><p>{esc(job.summary)}</p></section>')
     categories = diagnoses[0].breakdown.categories

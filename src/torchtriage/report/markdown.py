@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.results.ab import ABResult
+from torchtriage.results.compare import Comparison
 
 
 def code(text: Any) -> str:
@@ -18,10 +21,11 @@ def code(text: Any) -> str:
     return f"`{body}`"
 
 
-def diagnosis_markdown(diagnoses: list[Diagnosis], job: Any = None) -> str:
+def diagnosis_markdown(doc: Diagnosis | JobDiagnosis) -> str:
     lines = []
-    if job is not None:
-        lines += [f"## torchtriage: job bottleneck **{job.primary}**", "", job.summary, ""]
+    diagnoses = doc.rank_diagnoses
+    if isinstance(doc, JobDiagnosis):
+        lines += [f"## torchtriage: job bottleneck **{doc.primary}**", "", doc.summary, ""]
     for d in diagnoses:
         rank = f" (rank {d.trace.rank})" if d.trace.rank is not None and len(diagnoses) > 1 \
             else ""
@@ -43,7 +47,7 @@ def diagnosis_markdown(diagnoses: list[Diagnosis], job: Any = None) -> str:
     return "\n".join(lines)
 
 
-def comparison_markdown(c: Any) -> str:
+def comparison_markdown(c: Comparison) -> str:
     lines = [f"## torchtriage compare: **{c.verdict}**, {c.speedup:.2f}x (95% CI "
              f"{c.ci_low:.2f}-{c.ci_high:.2f}x)", "", c.summary, "",
              "| category | A ms/step | B ms/step | change |", "|---|---|---|---|"]
@@ -59,7 +63,7 @@ def comparison_markdown(c: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ab_markdown(ab: Any) -> str:
+def ab_markdown(ab: ABResult) -> str:
     head = f"## torchtriage ab: **{ab.verdict}**"
     if ab.speedup is not None:
         head += f", {ab.speedup:.2f}x (95% CI {ab.ci_low:.2f}-{ab.ci_high:.2f}x)"

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import io
-
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis
 
 _MAX_STEP_COLUMNS = 8
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
-
-
-def render_to_text(d: Diagnosis, *, width: int = 110) -> str:
-    """The report as plain text (no colour codes)."""
-    buf = io.StringIO()
-    Console(file=buf, width=width, color_system=None, force_terminal=False).print(renderable(d))
-    return buf.getvalue()
-
-
-def print_report(d: Diagnosis, console: Console | None = None) -> None:
-    (console or Console()).print(renderable(d))
 
 
 def renderable(d: Diagnosis) -> RenderableType:
@@ -265,7 +253,7 @@ def _dynamic(d: Diagnosis) -> Table:
     return t
 
 
-def job_renderable(job) -> RenderableType:
+def job_renderable(job: JobDiagnosis) -> RenderableType:
     """The job view: one verdict, ranks side by side, the straggler."""
     head = Text()
     head.append(f"Job bottleneck: {job.primary}", style="bold")

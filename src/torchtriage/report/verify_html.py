@@ -7,6 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from torchtriage.report.html import Page, esc
+from torchtriage.results.ab import ABResult
+from torchtriage.results.compare import Comparison
+from torchtriage.results.fix import FixResult
 
 
 def _interval(speedup: float | None, low: float | None, high: float | None) -> str:
@@ -22,7 +25,7 @@ def _verdict(title: str, verdict: str | None, summary: str) -> str:
             f'{colour}">{esc(verdict or "-")}</span></div><p>{esc(summary)}</p></section>')
 
 
-def compare_page(c: Any) -> str:
+def compare_page(c: Comparison) -> str:
     page = Page("torchtriage compare")
     page.add("<h1>torchtriage compare</h1>")
     page.add(_verdict(f"B against A, {_interval(c.speedup, c.ci_low, c.ci_high)}", c.verdict,
@@ -59,7 +62,7 @@ def _delta_table(cats: list[Any]) -> str:
             "<th class=\"num\">B ms</th><th class=\"num\">change</th></tr>" + rows + "</table>")
 
 
-def ab_page(ab: Any) -> str:
+def ab_page(ab: ABResult) -> str:
     page = Page("torchtriage ab")
     page.add("<h1>torchtriage ab</h1>")
     page.add(_verdict(f"B against A, {_interval(ab.speedup, ab.ci_low, ab.ci_high)}",
@@ -98,7 +101,7 @@ def _trial_table(trials: list[Any]) -> str:
             "<th class=\"num\">wall s</th><th></th></tr>" + rows + "</table>")
 
 
-def fix_page(r: Any, patch: str = "") -> str:
+def fix_page(r: FixResult, patch: str = "") -> str:
     page = Page("torchtriage fix")
     page.add("<h1>torchtriage fix</h1>")
     page.add(_verdict(f"final configuration against the original, "

@@ -10,11 +10,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from torchtriage.results.ab import ABResult
+from torchtriage.results.compare import Comparison
+
 _VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "no_change": "bold yellow",
                   "changes_results": "bold red", "failed": "bold red"}
 
 
-def comparison_renderable(c) -> RenderableType:
+def comparison_renderable(c: Comparison) -> RenderableType:
     head = Text()
     head.append(f"{c.verdict}", style=_VERDICT_STYLE.get(c.verdict, "bold"))
     head.append(f"  {c.summary}")
@@ -57,7 +60,7 @@ def _delta_style(delta: float) -> str:
     return "green" if delta < 0 else ("red" if delta > 0 else "")
 
 
-def ab_renderable(r) -> RenderableType:
+def ab_renderable(r: ABResult) -> RenderableType:
     head = Text()
     head.append(r.verdict, style=_VERDICT_STYLE.get(r.verdict, "bold"))
     head.append(f"  {r.summary}")

@@ -44,3 +44,9 @@ def _traces_in(directory: Path) -> list[Path]:
         for q in directory.iterdir()
         if q.is_file() and q.name.endswith(TRACE_SUFFIXES) and not _OWN_FILES.match(q.name)
     )
+
+
+def rank_of_trace_file(path: Path) -> int | None:
+    """The rank in a ``rank<N>_<pid>...`` file name (as ``torchtriage run`` names traces)."""
+    head = path.name.split("_", 1)[0]
+    return int(head[4:]) if head.startswith("rank") and head[4:].isdigit() else None

@@ -18,103 +18,19 @@ from typing import Any
 
 import msgspec
 
-from torchtriage import __version__
 from torchtriage.capture.runner import merge_knob_logs, rank_files, run_command
-from torchtriage.documents import JsonDocument
 from torchtriage.errors import TorchtriageError
+from torchtriage.results.ab import ABResult, Arm, KnobOutcome, Startup, Trial
 from torchtriage.verify import policy
-from torchtriage.verify.parity import Parity, check_parity
+from torchtriage.verify.parity import check_parity
 from torchtriage.verify.stats import speedup_interval, verdict
 
-SCHEMA = "torchtriage.ab/1"
-AB_VERDICTS = ("faster", "slower", "no_change", "changes_results", "failed")
-TRIAL_STATUSES = ("ok", "failed", "timeout", "oom", "too_few_steps")
 MIN_MEASURED_STEPS = 3
 # The first step boundary is only known once the optimizer cycle repeats (step 2), so the
 # first step has no duration of its own: at least two warm-up steps.
 MIN_WARMUP = 2
 NOTABLE_STARTUP_S = 1.0  # extra start-up worth a sentence in the summary
 COMPILE_WARMUP = 5  # compile.mode compiles on the root module's 2nd call; CUDA graphs record later
-
-
-class Trial(msgspec.Struct, kw_only=True):
-    arm: str  # "A" (baseline) | "B" (candidate)
-    idx: int  # 1-based within the arm
-    status: str  # one of TRIAL_STATUSES
-    returncode: int | None
-    wall_s: float  # the whole process, start-up included
-    step_ms: list[float] = []  # measured steps (slowest rank per step)
-    mean_step_ms: float | None = None  # the measured window's wall time over its steps
-    steps_per_s: float | None = None
-    losses: list[float] = []  # from the first step
-    warmup_end_s: float | None = None  # process start to the end of warm-up
-    compile: dict[str, Any] | None = None  # what torch.compile did (seconds, graph breaks, ...)
-    batch_size: int | None = None
-    error: str | None = None
-    dir: str = ""
-    reused: bool = False  # measured earlier for the same configuration (fix loop)
-
-
-class Arm(msgspec.Struct, kw_only=True):
-    label: str
-    command: list[str]
-    knobs: dict[str, Any]
-    trials_ok: int
-    mean_step_ms: float | None = None  # mean over trials of each trial's mean step time
-    steps_per_s: float | None = None  # median over trials of each trial's throughput
-    samples_per_s: float | None = None
-    warmup_end_s: float | None = None
-
-
-class Startup(msgspec.Struct, kw_only=True):
-    """One-off cost of the candidate (compilation, autotuning, worker start-up)."""
-
-    extra_s: float  # B's median time to the end of warm-up minus A's
-    compile_s: float | None = None  # what torch.compile itself reported, when it ran
-    break_even_steps: int | None = None  # steps until the per-step saving pays extra_s back
-
-
-class KnobOutcome(msgspec.Struct, kw_only=True):
-    value: Any
-    applied: bool
-    detail: str
-
-
-class ABResult(JsonDocument, msgspec.Struct, kw_only=True):
-    schema: str = SCHEMA
-    tool_version: str = __version__
-    summary: str
-    verdict: str  # one of AB_VERDICTS: the answer (a fix that changes results is no win)
-    speed_verdict: str | None  # faster | slower | no_change, from the interval alone
-    speedup: float | None  # A's mean step time over B's (B's throughput over A's)
-    ci_low: float | None
-    ci_high: float | None
-    confidence: float
-    min_effect: float
-    parity: Parity
-    a: Arm
-    b: Arm
-    startup: Startup | None
-    knobs: dict[str, KnobOutcome]  # what each candidate knob did (from B's trials)
-    baseline_knobs: dict[str, Any] = {}  # knobs both arms ran with
-    trials_per_arm: int
-    warmup: int
-    steps: int
-    trials: list[Trial]
-    out: str
-    store_id: int | None = None
-
-    def headline(self) -> str:
-        """One line for ``torchtriage history``."""
-        if self.speedup is None:
-            return self.summary
-        return (f"{self.verdict} {self.speedup:.2f}x [{self.ci_low:.2f}-{self.ci_high:.2f}], "
-                f"parity {self.parity.status}")
-
-    def __rich__(self):  # pragma: no cover - exercised through render_to_text
-        from torchtriage.report.verify_view import ab_renderable
-
-        return ab_renderable(self)
 
 
 ProgressFn = Callable[[str, int, int, Trial | None], None]

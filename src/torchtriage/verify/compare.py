@@ -13,76 +13,19 @@ import json
 import os
 from pathlib import Path
 
-import msgspec
 import numpy as np
 
-from torchtriage import __version__
 from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.diagnosis.traces import DiagnoseOptions, diagnose_traces
 from torchtriage.diagnosis.vocabulary import CPU_CATEGORY_LAYER, GPU_CATEGORY_LAYER
-from torchtriage.documents import JsonDocument
+from torchtriage.errors import TraceError
+from torchtriage.results.ab import Parity
+from torchtriage.results.compare import CategoryDelta, Comparison, OpDelta, Side
 from torchtriage.verify import policy
-from torchtriage.verify.parity import Parity, check_parity
+from torchtriage.verify.parity import check_parity
 from torchtriage.verify.stats import speedup_interval, verdict
 
-SCHEMA = "torchtriage.compare/1"
 OP_ROWS = 15  # op and kernel delta rows kept in the document
-
-
-class Side(msgspec.Struct, kw_only=True):
-    path: str
-    traces: int
-    mode: str  # gpu | cpu
-    steps: int  # analysed steps (per rank)
-    median_step_ms: float
-    primary: str  # the side's bottleneck layer
-    step_ms: list[float]
-
-
-class CategoryDelta(msgspec.Struct, kw_only=True):
-    category: str
-    layer: str
-    a_ms: float  # mean exposed time per step
-    b_ms: float
-    delta_ms: float  # b - a: negative is time saved
-
-
-class OpDelta(msgspec.Struct, kw_only=True):
-    name: str
-    a_count: float  # calls per step
-    b_count: float
-    a_ms: float  # time per step (host ops: self time; device ops: kernel time)
-    b_ms: float
-    delta_ms: float
-
-
-class Comparison(JsonDocument, msgspec.Struct, kw_only=True):
-    schema: str = SCHEMA
-    tool_version: str = __version__
-    summary: str
-    a: Side
-    b: Side
-    speedup: float  # A's median step time over B's: above 1, B is faster
-    ci_low: float
-    ci_high: float
-    confidence: float
-    min_effect: float
-    verdict: str  # faster | slower | no_change (B relative to A)
-    deltas: list[CategoryDelta]  # sorted by |delta_ms|
-    layer_deltas: dict[str, float]  # delta per step by layer, ms
-    ops: list[OpDelta] = []  # host ops, by |delta_ms|
-    device_ops: list[OpDelta] = []  # kernels, copies, memsets
-    parity: Parity | None = None  # when both sides are run directories with recorded losses
-    store_id: int | None = None
-
-    def headline(self) -> str:
-        """One line for ``torchtriage history``."""
-        return (f"{self.verdict} {self.speedup:.2f}x [{self.ci_low:.2f}-{self.ci_high:.2f}]; "
-                f"median step {self.a.median_step_ms:.1f} -> {self.b.median_step_ms:.1f} ms")
-
-    def __rich__(self):  # pragma: no cover - exercised through render_to_text
-        from torchtriage.report.verify_view import comparison_renderable
-
-        return comparison_renderable(self)
 
 
 def compare(
@@ -97,10 +40,9 @@ def compare(
     Raises:
         TraceError: either side is not a readable trace, or has no analysed steps.
     """
-    from torchtriage.api import analyze
-
-    side_a = analyze(a, device_memory=device_memory, top=1_000_000)
-    side_b = analyze(b, device_memory=device_memory, top=1_000_000)
+    options = DiagnoseOptions(device_memory=device_memory, top=1_000_000)
+    side_a = diagnose_traces(a, options).rank_diagnoses
+    side_b = diagnose_traces(b, options).rank_diagnoses
     return compare_diagnoses(side_a, side_b, str(a), str(b), min_effect=min_effect,
                              parity=_parity(Path(a), Path(b)))
 
@@ -115,8 +57,6 @@ def compare_diagnoses(
     parity: Parity | None = None,
 ) -> Comparison:
     """Compare two sides given as their (per-rank) diagnoses, made with a large ``top``."""
-    from torchtriage.errors import TraceError
-
     for path, side in ((a_path, a), (b_path, b)):
         if not any(d.breakdown.steps for d in side):
             raise TraceError(f"{path}: no analysed training step to compare")

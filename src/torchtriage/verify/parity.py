@@ -14,23 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from torchtriage.diagnosis.thresholds import Threshold
+from torchtriage.results.ab import Parity, Precision
 from torchtriage.verify import policy
-
-PARITY_STATUSES = ("pass", "fail", "unchecked")
-
-
-class Parity(msgspec.Struct, kw_only=True):
-    status: str  # pass | fail | unchecked
-    precision: str  # fp32 | compiled | tf32 | low (bf16/fp16)
-    tolerance: float
-    max_deviation: float | None = None  # over all candidate trials
-    baseline_spread: float | None = None  # largest difference between identical baseline runs
-    steps_compared: int = 0
-    detail: str = ""
 
 
 def _largest(x: np.ndarray, y: np.ndarray) -> float:
@@ -41,7 +29,7 @@ def _rms(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.sqrt(np.mean((x - y) ** 2)))
 
 
-def precision_of(knobs: Mapping[str, Any]) -> tuple[str, Threshold]:
+def precision_of(knobs: Mapping[str, Any]) -> tuple[Precision, Threshold]:
     """The numerics a set of knobs implies, and the parity tolerance for it."""
     if knobs.get("amp.bf16") or knobs.get("ddp.comm_hook") in ("bf16", "fp16"):
         return "low", policy.PARITY_LOW_PRECISION

@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
-from torchtriage import __version__
-from torchtriage.documents import JsonDocument
+from torchtriage.document import JsonDocument
+from torchtriage.results.ab import ABVerdict
+from torchtriage.version import __version__
 
 SCHEMA = "torchtriage.fix/1"
 # What happened to each thing the loop considered.
-STEP_RESULTS = ("kept", "dropped", "failed", "skipped", "not_injectable", "not_applicable",
-                "fits", "does_not_fit")
+StepResult = Literal["kept", "dropped", "failed", "skipped", "not_injectable",
+                     "not_applicable", "fits", "does_not_fit"]
+STEP_RESULTS: tuple[str, ...] = StepResult.__args__
 
 
 class Attempt(msgspec.Struct, kw_only=True):
     """One knob value tried against the best configuration so far."""
 
     value: Any
-    verdict: str  # an ab verdict, or "fits" / "does_not_fit" on the memory ladder
+    verdict: ABVerdict | Literal["fits", "does_not_fit"]  # "fits": the memory ladder
     speedup: float | None = None  # over the configuration it was tried against
     ci_low: float | None = None
     ci_high: float | None = None
@@ -39,7 +41,7 @@ class FixStep(msgspec.Struct, kw_only=True):
     layer: str
     prescription: str
     knob: str | None
-    result: str  # one of STEP_RESULTS
+    result: StepResult
     why: str
     kept_value: Any = None
     attempts: list[Attempt] = []
@@ -67,7 +69,7 @@ class FixResult(JsonDocument, msgspec.Struct, kw_only=True):
     speedup: float | None  # final configuration over the original (A/B of the two)
     ci_low: float | None
     ci_high: float | None
-    verdict: str | None  # of that final A/B
+    verdict: ABVerdict | None  # of that final A/B
     original_steps_per_s: float | None = None
     final_steps_per_s: float | None = None
     steps: list[FixStep]
@@ -87,8 +89,3 @@ class FixResult(JsonDocument, msgspec.Struct, kw_only=True):
         if self.speedup is None:
             return kept
         return f"{kept}: {self.speedup:.2f}x [{self.ci_low:.2f}-{self.ci_high:.2f}]"
-
-    def __rich__(self):  # pragma: no cover - exercised through render_to_text
-        from torchtriage.report.fix_view import fix_renderable
-
-        return fix_renderable(self)

@@ -1,0 +1,131 @@
+"""Diagnose trace files: the one place that decides between one diagnosis and a job's.
+
+Algorithm: find the trace files at the given path(s); load and diagnose each (rank traces are
+independent, so several are done in parallel processes, each with its share of the memory
+limit; one trace is done in this process); one trace gives its :class:`Diagnosis`, several
+give the :class:`JobDiagnosis` over them (per-rank verdicts, stragglers, one job verdict).
+Workers send back the diagnosis (a msgspec struct) and, when asked, the small per-trace
+report detail (timeline lanes and memory curves), never the loaded trace tables.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torchtriage.analysis.memory import MemoryCurve, memory_curves
+from torchtriage.analysis.steps import find_steps
+from torchtriage.analysis.timeline import Timeline, timeline
+from torchtriage.diagnosis.diagnose import diagnose
+from torchtriage.diagnosis.job import JobDiagnosis, diagnose_job
+from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.trace.discover import find_trace_files, rank_of_trace_file
+from torchtriage.trace.ingest import MEMORY_LIMIT_ENV, default_memory_limit, load_trace
+from torchtriage.trace.model import Trace
+
+TracePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+@dataclass(frozen=True)
+class DiagnoseOptions:
+    """How traces are diagnosed.
+
+    Attributes:
+        device_memory: capacity in bytes for the memory rule (stands in for a GPU's memory on
+            CPU-only traces); None: the trace's ``deviceProperties``.
+        top: rows in each top-ops table.
+        oom: the profiled run ran out of memory (``torchtriage run`` knows; a trace does not).
+        machine: per rank, the machine samples ``torchtriage run`` recorded.
+        workers: processes for several traces (default: one per core, at most one per trace).
+    """
+
+    device_memory: int | None = None
+    top: int = 10
+    oom: bool = False
+    machine: Mapping[int, Any] | None = None
+    workers: int | None = None
+
+
+@dataclass(frozen=True)
+class TraceDetail:
+    """What a report draws from a trace beyond its diagnosis."""
+
+    timeline: Timeline | None
+    memory: list[MemoryCurve]
+
+
+def diagnose_traces(paths: TracePaths, options: DiagnoseOptions | None = None
+                    ) -> Diagnosis | JobDiagnosis:
+    """Diagnose the traces at ``paths`` (a file, a directory, or a list of files).
+
+    Returns:
+        The :class:`Diagnosis` of a single trace, or the :class:`JobDiagnosis` of several
+        (``.rank_diagnoses`` gives the per-rank list either way).
+
+    Raises:
+        TraceError: a path that does not exist, holds no trace, or is not a Kineto trace.
+    """
+    return _combine([d for d, _ in _run(paths, options or DiagnoseOptions(), False)])
+
+
+def diagnose_traces_with_detail(paths: TracePaths, options: DiagnoseOptions | None = None
+                                ) -> tuple[Diagnosis | JobDiagnosis, list[TraceDetail]]:
+    """:func:`diagnose_traces`, also returning each trace's :class:`TraceDetail` (rank order)
+    for the HTML report, from the same load."""
+    pairs = _run(paths, options or DiagnoseOptions(), True)
+    doc = _combine([d for d, _ in pairs])
+    detail = {id(d): t for d, t in pairs}
+    return doc, [detail[id(d)] for d in doc.rank_diagnoses]
+
+
+def _combine(diagnoses: list[Diagnosis]) -> Diagnosis | JobDiagnosis:
+    return diagnoses[0] if len(diagnoses) == 1 else diagnose_job(diagnoses)
+
+
+def _files(paths: TracePaths) -> list[Path]:
+    if isinstance(paths, (str, os.PathLike)):
+        return find_trace_files(paths)
+    return [f for p in paths for f in find_trace_files(p)]
+
+
+def _run(paths: TracePaths, options: DiagnoseOptions, detail: bool
+         ) -> list[tuple[Diagnosis, TraceDetail | None]]:
+    files = _files(paths)
+    workers = min(len(files), options.workers or os.cpu_count() or 1)
+    if workers <= 1:
+        return [_diagnose_file(p, options, None, detail) for p in files]
+    limit, source = default_memory_limit()
+    share = None if source == MEMORY_LIMIT_ENV else limit // workers
+    n = len(files)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        pairs = list(pool.map(_diagnose_file, files, [options] * n, [share] * n, [detail] * n))
+    return pairs
+
+
+def _diagnose_file(path: Path, options: DiagnoseOptions, memory_limit: int | None,
+                   detail: bool) -> tuple[Diagnosis, TraceDetail | None]:
+    trace = load_trace(path, memory_limit)
+    machine = None
+    if options.machine:
+        machine = options.machine.get(rank_of_trace_file(path) or 0)
+    diagnosis = diagnose(trace, device_memory=options.device_memory, oom=options.oom,
+                         top=options.top, machine=machine)
+    return diagnosis, (_detail(trace) if detail else None)
+
+
+def _detail(trace: Trace) -> TraceDetail:
+    return TraceDetail(timeline=timeline(trace, find_steps(trace)), memory=memory_curves(trace))
+
+
+def trace_details(paths: TracePaths) -> list[TraceDetail]:
+    """The :class:`TraceDetail` of each trace at ``paths`` without diagnosing them again (for
+    a report of traces diagnosed elsewhere, e.g. inside the training processes), in rank
+    order when the file names carry ranks."""
+    files = _files(paths)
+    if all(rank_of_trace_file(f) is not None for f in files):
+        files.sort(key=lambda f: rank_of_trace_file(f) or 0)
+    return [_detail(load_trace(path)) for path in files]
