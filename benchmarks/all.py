@@ -1,7 +1,7 @@
 """Every CPU benchmark in one command: trace scale (ingest, analysis, memory, ranks), step
 overhead, classification accuracy and A/B verdicts, each printing its table.
 
-    python benchmarks/all.py --hta-python /tmp/htavenv/bin/python   # the README's tables
+    python benchmarks/all.py --hta-python /tmp/htavenv/bin/python   # docs/benchmarks.md
     python benchmarks/all.py --quick                                 # smoke run
 
 The GPU fixtures' table needs a CUDA machine: ``python benchmarks/gpu_fixtures.py``.

@@ -1,7 +1,7 @@
 """The defaults verification decides with, each with where it comes from.
 
 They use the same :class:`~torchtriage.diagnosis.thresholds.Threshold` record as the diagnosis
-rules, so the README lists both from one kind of object.
+rules, so docs/thresholds.md lists both from one kind of object.
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ PARITY_LOW_PRECISION = Threshold(
 )
 PARITY_NOISE_FACTOR = Threshold(
     "parity_noise_factor", 3.0, "x baseline spread",
-    "when identical baseline runs already differ (an unseeded script), the tolerance widens "
-    "to this multiple of their largest deviation",
+    "when identical baseline runs already differ by more than the tolerance over this (an "
+    "unseeded script), candidates are judged by their RMS difference over the steps against "
+    "this multiple of the baseline runs' own RMS difference",
     "torchtriage default: three times the observed spread of identical runs",
 )
 
