@@ -160,3 +160,27 @@ def test_saturated_cores_drop_more_workers(tmp_path):
     assert "dataloader.num_workers" not in [p.id for p in busy.prescriptions]
     idle = diagnose(trace, machine={**machine, "cpu_busy_mean": 0.4})
     assert idle.prescriptions[0].id == "dataloader.num_workers"
+
+
+def test_scalar_reads_of_cpu_tensors_are_host_work_not_syncs(tmp_path):
+    """nanoGPT's get_batch: 0-d CPU tensors index a memmap, many aten::item per step, none of
+    which waits for the device; one loss.item() per step does (its copy and synchronize run
+    inside it)."""
+    def body(base):
+        reads = [x("aten::item", base + 100 + 40 * i, 30) for i in range(64)]
+        return [
+            *reads,
+            x("aten::item", base + 3_000, 5_000),  # loss.item(): waits for the device
+            x("cudaMemcpyAsync", base + 3_100, 50, cat="cuda_runtime"),
+            x("cudaStreamSynchronize", base + 3_200, 4_700, cat="cuda_runtime"),
+            x("sm90_xmma_gemm_f32", base + 3_000, 4_800, cat="kernel", pid=0, tid=7),
+        ]
+    d = diagnose(load_trace(write_trace(tmp_path / "t.json", _steps(3, body),
+                                        deviceProperties=[{"id": 0, "name": "H200",
+                                                           "computeMajor": 9}])))
+    transfers = d.gpu.transfers
+    assert transfers.syncs_per_step == {"cudaStreamSynchronize": 1.0, "aten::item": 1.0}
+    assert transfers.cpu_scalar_reads_per_step == 64
+    assert "host.cpu_scalar_reads" in {f.id for f in d.findings}
+    syncs = next(f for f in d.findings if f.id == "host.syncs")
+    assert "aten::item 1" in syncs.message and "64" not in syncs.message

@@ -4,6 +4,12 @@ Copy direction and source memory come from the copy names Kineto writes
 (``Memcpy HtoD (Pageable -> Device)``, ``Memcpy DtoH (Device -> Pinned)``, ...). A copy from or
 to pageable memory is synchronous for the host whatever API issued it; a plain ``cudaMemcpy``
 (no ``Async``) is synchronous too.
+
+A sync is a call that waits for the device: the runtime's synchronize calls, and a scalar read
+(``aten::item`` / ``aten::_local_scalar_dense``) only when a blocking runtime call (a
+synchronize or a synchronous copy) runs inside it on the same thread. A scalar read of a CPU
+tensor (indexing a numpy memmap with 0-d tensors, say) waits for nothing: it is counted apart,
+as host work, with its time.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ from torchtriage.analysis.ops import in_steps
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import EventKind, Trace
 
-SYNC_CALLS = (
+DEVICE_SYNC_CALLS = (
     "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
     "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize",
-    "aten::item", "aten::_local_scalar_dense",
 )
+SCALAR_READS = ("aten::item", "aten::_local_scalar_dense")
+SYNC_CALLS = DEVICE_SYNC_CALLS + SCALAR_READS
 _SYNC_COPY_API = re.compile(r"^(cuda|hip)Memcpy(2D|3D)?$")
 _H2D = re.compile(r"HtoD|HostToDevice", re.I)
 _D2H = re.compile(r"DtoH|DeviceToHost", re.I)
@@ -43,6 +50,8 @@ class Transfers:
     d2d: CopyStats
     sync_copy_calls: int  # cudaMemcpy / hipMemcpy without Async
     syncs_per_step: dict[str, float] = field(default_factory=dict)  # call -> count per step
+    cpu_scalar_reads_per_step: float = 0.0  # scalar reads that waited for no device work
+    cpu_scalar_read_us_per_step: float = 0.0
 
 
 def transfers(trace: Trace, steps: StepWindows) -> Transfers:
@@ -60,14 +69,42 @@ def transfers(trace: Trace, steps: StepWindows) -> Transfers:
                          time_us=float(ev.dur[copies[sel]].sum()))
 
     n_steps = max(len(steps), 1)
+    blocking = np.flatnonzero((ev.kind == EventKind.RUNTIME) & (
+        ev.name_mask(lambda n: n in DEVICE_SYNC_CALLS) | ev.name_mask(_SYNC_COPY_API.match)))
     syncs = {}
-    for call in SYNC_CALLS:
-        count = int(in_steps(ev.ts[ev.name_mask(lambda n, c=call: n == c)], steps).sum())
+    for call in DEVICE_SYNC_CALLS:
+        rows = np.flatnonzero(ev.name_mask(lambda n, c=call: n == c))
+        count = int(in_steps(ev.ts[rows], steps).sum())
         if count:
             syncs[call] = round(count / n_steps, 2)
+    cpu_reads, cpu_read_us = 0, 0.0
+    for call in SCALAR_READS:
+        rows = np.flatnonzero(ev.name_mask(lambda n, c=call: n == c))
+        rows = rows[in_steps(ev.ts[rows], steps)]
+        waits = _contains(ev, rows, blocking)
+        if waits.any():
+            syncs[call] = round(int(waits.sum()) / n_steps, 2)
+        if not cpu_reads:  # the outermost read op only (item wraps _local_scalar_dense)
+            cpu_reads, cpu_read_us = int((~waits).sum()), float(ev.dur[rows[~waits]].sum())
     sync_api = ev.name_mask(_SYNC_COPY_API.match) & (ev.kind == EventKind.RUNTIME)
     return Transfers(
         h2d=stats(_H2D), d2h=stats(_D2H), d2d=stats(_D2D),
         sync_copy_calls=int(in_steps(ev.ts[sync_api], steps).sum()),
         syncs_per_step=syncs,
+        cpu_scalar_reads_per_step=round(cpu_reads / n_steps, 2),
+        cpu_scalar_read_us_per_step=round(cpu_read_us / n_steps, 3),
     )
+
+
+def _contains(ev, rows: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """Per row of ``rows``: whether an event of ``inner`` starts inside it on its thread."""
+    out = np.zeros(rows.size, dtype=bool)
+    if not rows.size or not inner.size:
+        return out
+    for thread in np.unique(ev.thread_id[rows]):
+        mine = ev.thread_id[rows] == thread
+        starts = np.sort(ev.ts[inner[ev.thread_id[inner] == thread]])
+        lo = np.searchsorted(starts, ev.ts[rows[mine]], side="left")
+        hi = np.searchsorted(starts, ev.end[rows[mine]], side="right")
+        out[mine] = hi > lo
+    return out

@@ -236,7 +236,10 @@ def _gpu_report(trace: Trace, facts: rules.Facts, top: int) -> r.GpuReport:
             graph_kernel_share=round(launches.graph_kernel_share, 4)),
         transfers=r.TransfersInfo(h2d=copies(moved.h2d), d2h=copies(moved.d2h),
                                   d2d=copies(moved.d2d), sync_copy_calls=moved.sync_copy_calls,
-                                  syncs_per_step=moved.syncs_per_step),
+                                  syncs_per_step=moved.syncs_per_step,
+                                  cpu_scalar_reads_per_step=moved.cpu_scalar_reads_per_step,
+                                  cpu_scalar_read_ms_per_step=round(
+                                      moved.cpu_scalar_read_us_per_step / 1e3, 3)),
     )
 
 

@@ -175,7 +175,9 @@ class TransfersInfo(msgspec.Struct, kw_only=True):
     d2h: Copies
     d2d: Copies
     sync_copy_calls: int
-    syncs_per_step: dict[str, float]
+    syncs_per_step: dict[str, float]  # calls that waited for the device, per step
+    cpu_scalar_reads_per_step: float = 0.0  # .item() of CPU tensors: host work, not syncs
+    cpu_scalar_read_ms_per_step: float = 0.0
 
 
 class GpuReport(msgspec.Struct, kw_only=True):

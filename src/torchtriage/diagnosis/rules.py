@@ -306,6 +306,15 @@ def host_rule(f: Facts) -> Verdict:
             v.findings.append(Finding(
                 id="host.syncs", severity="warning" if syncs_per_step >= 1 else "info",
                 layer="host", message=f"Host-device syncs per step: {listed}."))
+        reads = f.device.transfers.cpu_scalar_reads_per_step
+        if reads >= 1:
+            read_ms = f.device.transfers.cpu_scalar_read_us_per_step / 1e3
+            v.evidence.append(Evidence(metric="cpu_scalar_reads_per_step", value=reads,
+                                       unit="reads"))
+            v.findings.append(Finding(
+                id="host.cpu_scalar_reads", severity="info", layer="host",
+                message=f"{reads:g} scalar reads (.item()) of CPU tensors per step, "
+                        f"{read_ms:.2f} ms: host work that waits for no device, not syncs."))
     optimizer_ops = _optimizer_ops_per_step(f)
     v.evidence.append(share_evidence("optimizer_ops_per_step", optimizer_ops,
                                      th.OPTIMIZER_OPS_PER_STEP))
