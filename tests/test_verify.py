@@ -154,6 +154,36 @@ def test_history_and_show_errors():
 
 # --- compare ------------------------------------------------------------------------------
 
+def _step_trace(path: Path, step_ms: list[float]) -> Path:
+    from conftest import write_trace, x
+
+    events, ts = [], 0.0
+    for n, ms in enumerate(step_ms, 1):
+        events += [x(f"ProfilerStep#{n}", ts, ms * 1e3), x("aten::mm", ts + 10, ms * 1e3 - 20)]
+        ts += ms * 1e3
+    return write_trace(path, events)
+
+
+def test_compare_survives_one_slow_step_and_reports_it(tmp_path):
+    """Before -> after a DataLoader fix: 4 of 5 "after" steps 14x faster, the first slow while
+    the workers started. A bootstrap of medians over 5 steps alone says no_change."""
+    from torchtriage.verify.compare import compare
+
+    before = [87.1, 88.0, 86.9, 87.4, 87.9]
+    after = [92.0, 6.3, 6.2, 6.35, 6.28]
+    naive = speedup_interval([before], [after])
+    assert verdict(naive) == "no_change"  # what a plain bootstrap of medians says
+    c = compare(_step_trace(tmp_path / "a.json", before), _step_trace(tmp_path / "b.json", after))
+    assert c.verdict == "faster" and c.ci_low > 10
+    assert c.b.outlier_steps and not c.a.outlier_steps
+    assert c.b.step_ms[0] == 92.0  # kept in the document, set aside from the statistic
+    assert "set aside as outlier" in c.summary
+    # alternating steps (two workers) are bimodal, not contaminated: nothing is set aside
+    c = compare(_step_trace(tmp_path / "c.json", [10, 20] * 4),
+                _step_trace(tmp_path / "d.json", [10, 20] * 4))
+    assert not c.a.outlier_steps and c.verdict == "no_change"
+
+
 def test_compare_resnet_pair_attributes_the_drop_to_data_loading(shared_traces):
     base = shared_traces / "kineto" / "resnet50_num_workers_0"
     fixed = shared_traces / "kineto" / "resnet50_num_workers_4"

@@ -22,7 +22,8 @@ class Side(msgspec.Struct, kw_only=True):
     steps: int  # analysed steps (per rank)
     median_step_ms: float
     primary: str  # the side's bottleneck layer
-    step_ms: list[float]
+    step_ms: list[float]  # every analysed step (the slowest rank at each)
+    outlier_steps: list[int] = []  # step numbers set aside from median_step_ms and the interval
 
 
 class CategoryDelta(msgspec.Struct, kw_only=True):

@@ -23,7 +23,7 @@ from torchtriage.results.ab import Parity
 from torchtriage.results.compare import CategoryDelta, Comparison, OpDelta, Side
 from torchtriage.verify import policy
 from torchtriage.verify.parity import check_parity
-from torchtriage.verify.stats import speedup_interval, verdict
+from torchtriage.verify.stats import outliers, speedup_interval, verdict
 
 OP_ROWS = 15  # op and kernel delta rows kept in the document
 
@@ -61,7 +61,7 @@ def compare_diagnoses(
         if not any(d.breakdown.steps for d in side):
             raise TraceError(f"{path}: no analysed training step to compare")
     sa, sb = _side(a, a_path), _side(b, b_path)
-    s = speedup_interval([sa.step_ms], [sb.step_ms])
+    s = speedup_interval([_kept(sa)], [_kept(sb)])
     deltas = _category_deltas(a, b)
     layers: dict[str, float] = {}
     for d in deltas:
@@ -79,14 +79,24 @@ def compare_diagnoses(
 
 
 def _side(diagnoses: list[Diagnosis], path: str) -> Side:
-    per_rank = [[s.wall_ms for s in d.breakdown.steps] for d in diagnoses if d.breakdown.steps]
+    ranks = [d for d in diagnoses if d.breakdown.steps]
+    per_rank = [[s.wall_ms for s in d.breakdown.steps] for d in ranks]
     n = min(len(r) for r in per_rank)
     step_ms = np.max(np.array([r[:n] for r in per_rank]), axis=0)
+    odd = outliers(step_ms)
+    numbers = [s.step for s in ranks[0].breakdown.steps[:n]]
     primaries = [d.primary for d in diagnoses]
     return Side(path=path, traces=len(diagnoses), mode=diagnoses[0].breakdown.mode, steps=n,
-                median_step_ms=round(float(np.median(step_ms)), 3),
+                median_step_ms=round(float(np.median(step_ms[~odd])), 3),
                 primary=max(set(primaries), key=primaries.count),
-                step_ms=[round(float(x), 3) for x in step_ms])
+                step_ms=[round(float(x), 3) for x in step_ms],
+                outlier_steps=[numbers[i] for i in np.flatnonzero(odd)])
+
+
+def _kept(side: Side) -> list[float]:
+    """The side's step times without its outlier steps."""
+    odd = outliers(side.step_ms)
+    return [t for t, o in zip(side.step_ms, odd, strict=True) if not o]
 
 
 def _per_step(diagnoses: list[Diagnosis]) -> dict[str, float]:
@@ -144,6 +154,10 @@ def _summary(c: Comparison) -> str:
         head = (f"no significant change: {c.speedup:.2f}x ({interval}, within "
                 f"{c.min_effect:.0%} or not significant)")
     text = f"{head}; median step {a_ms:.1f} -> {b_ms:.1f} ms."
+    for label, side in (("A", c.a), ("B", c.b)):
+        if side.outlier_steps:
+            slow = ", ".join(f"#{n}" for n in side.outlier_steps)
+            text += f" {label}'s step {slow} set aside as outlier(s)."
     total = sum(d.delta_ms for d in c.deltas)  # the change of the mean step time
     top = c.deltas[0] if c.deltas else None
     if top is not None and abs(top.delta_ms) > 0:

@@ -65,6 +65,26 @@ PARITY_NOISE_FACTOR = Threshold(
     "this multiple of the baseline runs' own RMS difference",
     "torchtriage default: three times the observed spread of identical runs",
 )
+OUTLIER_Z = Threshold(
+    "outlier_modified_z", 3.5, "robust z",
+    "a step whose log step time lies further than this many robust standard deviations "
+    "(1.4826 x the median absolute deviation) from the side's median is an outlier: reported, "
+    "and left out of the step-time statistic of `compare`",
+    "Iglewicz & Hoaglin (1993), How to Detect and Handle Outliers: modified z-score > 3.5",
+)
+OUTLIER_SCALE_FLOOR = Threshold(
+    "outlier_scale_floor", 0.02, "fraction of step time",
+    "the robust standard deviation is taken as at least this fraction of the median step (so "
+    "that identical steps do not make a 1 % wobble an outlier)",
+    "torchtriage default: below the step-to-step noise of a steady training loop",
+)
+OUTLIER_MAX_SHARE = Threshold(
+    "outlier_max_share", 0.25, "share of steps",
+    "at most this share of a side's steps may be set aside as outliers; when more would be, "
+    "none is (the steps are bimodal, not contaminated)",
+    "torchtriage default: below the 29 % breakdown point of the median of pairwise means, "
+    "so what is left still decides",
+)
 
 ALL: tuple[Threshold, ...] = (
     CONFIDENCE,
@@ -76,4 +96,7 @@ ALL: tuple[Threshold, ...] = (
     PARITY_TF32,
     PARITY_LOW_PRECISION,
     PARITY_NOISE_FACTOR,
+    OUTLIER_Z,
+    OUTLIER_SCALE_FLOOR,
+    OUTLIER_MAX_SHARE,
 )

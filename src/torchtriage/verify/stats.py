@@ -14,7 +14,11 @@ Two statistics, each with the percentile bootstrap that fits it:
   by the Student-t quantile over the normal one, with Welch's degrees of freedom.
 - ``"median"`` (trace comparisons): the pooled median step time, robust to an odd step. Trials,
   then steps within each resampled trial, are resampled (a two-level bootstrap); with a single
-  trace per side that is the ordinary bootstrap over steps.
+  trace per side that is the ordinary bootstrap over steps. With few steps a bootstrap
+  resample is often made mostly of one slow step (with 5 steps, a resample holds the same
+  step 3 or more times about 6 % of the time), so the interval of the median is only as robust
+  as the steps: :func:`outliers` sets transient steps apart first (a robust z-score on log step
+  times, see the ``outlier_*`` thresholds), and the caller reports them.
 """
 
 from __future__ import annotations
@@ -72,6 +76,22 @@ def speedup_interval(
         high = float(np.exp(centre + (np.log(high) - centre) * widen))
     return Speedup(speedup=a_ms / b_ms, ci_low=float(low), ci_high=float(high),
                    a_ms=a_ms, b_ms=b_ms, statistic=statistic, confidence=confidence)
+
+
+def outliers(step_ms: Sequence[float]) -> np.ndarray:
+    """Mask of outlier steps: ``|log t - median| / scale > OUTLIER_Z`` with ``scale`` =
+    1.4826 x the median absolute deviation of log t (at least OUTLIER_SCALE_FLOOR); all False
+    when more than OUTLIER_MAX_SHARE of the steps would be outliers."""
+    x = np.log(np.asarray(step_ms, dtype=np.float64))
+    if x.size < 3 or not np.all(np.isfinite(x)):
+        return np.zeros(x.size, dtype=bool)
+    centre = np.median(x)
+    scale = max(1.4826 * float(np.median(np.abs(x - centre))),
+                float(np.log1p(policy.OUTLIER_SCALE_FLOOR.value)))
+    mask = np.abs(x - centre) / scale > policy.OUTLIER_Z.value
+    if mask.sum() > policy.OUTLIER_MAX_SHARE.value * x.size:
+        return np.zeros(x.size, dtype=bool)
+    return mask
 
 
 def verdict(s: Speedup, min_effect: float = policy.MIN_EFFECT.value) -> str:
