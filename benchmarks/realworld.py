@@ -9,8 +9,9 @@ For each script: (a) ``torchtriage run --steps N`` and the diagnosed primary lay
 ``torchtriage ab --candidate``. Prints one row per script: expected and diagnosed layer, what
 ``fix`` kept, its speedup [95% CI], the hand fix's speedup [95% CI], and the share of the hand
 fix's gain that ``fix`` found: (fix - 1) / (hand - 1), clipped to 0-200 %, "-" when the hand
-fix gained nothing (< 2 %). The out-of-memory script's baseline never completes, so its row
-compares throughput instead: fix's final steps/s over the hand fix's steps/s. No asserts.
+fix gained nothing (< 2 %, or its A/B verdict is not faster). The out-of-memory script's
+baseline never completes, so its row compares throughput instead: fix's final steps/s over
+the hand fix's steps/s. No asserts.
 """
 
 from __future__ import annotations
@@ -122,11 +123,9 @@ def bench(name: str, args, out: Path) -> dict:
     row["ab_rc"], row["ab_error"] = rc, "" if rc == 0 else error_line(d / "ab.log")
     for key in ("speedup", "ci_low", "ci_high", "verdict"):
         row[f"hand_{key}"] = ab.get(key)
-    arms = {a.get("label"): a for a in ab.get("arms", [])} if isinstance(ab.get("arms"),
-                                                                        list) else {}
-    arm_list = list(arms.values())
-    row["hand_steps_per_s"] = arm_list[1].get("steps_per_s") if len(arm_list) > 1 else None
-    row["hand_completes"] = bool(arm_list[1].get("trials_ok")) if len(arm_list) > 1 else False
+    cand = ab.get("b") or {}
+    row["hand_steps_per_s"] = cand.get("steps_per_s")
+    row["hand_completes"] = bool(cand.get("trials_ok"))
     row["share"] = share(row)
     row["seconds"] = round(time.perf_counter() - started, 1)
     return row
@@ -140,7 +139,7 @@ def share(row: dict) -> float | None:
             return 0.0 if hand_sps else None
         return min(200.0, 100.0 * fix_sps / hand_sps)
     fix, hand = row.get("fix_speedup"), row.get("hand_speedup")
-    if hand is None or hand < 1 + MIN_GAIN:
+    if hand is None or hand < 1 + MIN_GAIN or row.get("hand_verdict") != "faster":
         return None
     gain = (fix - 1) if fix is not None and row["fix_kept"] else 0.0
     return max(0.0, min(200.0, 100.0 * gain / (hand - 1)))
