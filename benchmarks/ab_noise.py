@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from torchtriage.verify.ab import run_ab
+from torchtriage.verify.settings import TrialSettings
 
 REPO = Path(__file__).resolve().parents[1]
 NO_OP = ("compute_bound", {"cudnn.benchmark": True})
@@ -29,7 +30,8 @@ REAL_FIX = ("data_starved", {"dataloader.num_workers": 2})
 def experiment(example: str, knobs: dict, out: Path, trials: int, steps: int):
     command = [sys.executable, str(REPO / "examples" / f"{example}.py"), "--steps", "1000"]
     start = time.perf_counter()
-    result = run_ab(command, out, knobs=knobs, trials=trials, warmup=3, steps=steps)
+    result = run_ab(command, out, TrialSettings(trials=trials, warmup=3, steps=steps),
+                    knobs=knobs)
     return result, time.perf_counter() - start
 
 

@@ -90,6 +90,7 @@ def hook_cost(repeats: int = 20000) -> list[tuple[str, float]]:
     from torch.utils.data import DataLoader, TensorDataset
 
     from torchtriage.capture.autorun import AutoRun
+    from torchtriage.results.run import RunConfig
 
     loss_leaf = torch.ones(1, requires_grad=True)
     original_backward = torch.Tensor.backward
@@ -98,7 +99,7 @@ def hook_cost(repeats: int = 20000) -> list[tuple[str, float]]:
 
     original_next = dataloader._BaseDataLoaderIter.__next__
     with tempfile.TemporaryDirectory() as tmp:
-        run = AutoRun({"out": tmp, "mode": "time"})
+        run = AutoRun(RunConfig(out=tmp, mode="time"))
         run.install()
         optimizer = torch.optim.SGD([loss_leaf], lr=0.0)
 
@@ -120,13 +121,14 @@ def hook_cost(repeats: int = 20000) -> list[tuple[str, float]]:
              per_call(lambda: run._on_optimizer_step(optimizer, (), {}), lambda: None)),
             # each as the first call of a step, the path that records something
             ("Tensor.backward wrapper (keeps the loss)",
-             per_call(lambda: (setattr(run, "_loss_this_step", False),
+             per_call(lambda: (setattr(run.signals, "_loss_this_step", False),
                                loss_leaf.sum().backward()),
-                      lambda: (setattr(run, "_loss_this_step", False),
+                      lambda: (setattr(run.signals, "_loss_this_step", False),
                                original_backward(loss_leaf.sum())))),
             ("DataLoader __next__ wrapper (batch size)",
-             per_call(lambda: (setattr(run, "_batch_this_step", False), next(it)),
-                      lambda: (setattr(run, "_batch_this_step", False), original_next(it)))),
+             per_call(lambda: (setattr(run.signals, "_batch_this_step", False), next(it)),
+                      lambda: (setattr(run.signals, "_batch_this_step", False),
+                               original_next(it)))),
         ]
         run.finished = True
     return rows
@@ -137,9 +139,10 @@ def trial(mode: str, example: str, steps: int, device: str, work: Path) -> list[
     command = [sys.executable, __file__, "--child", mode, example, str(steps), device, str(out)]
     if mode == "timing":
         from torchtriage.capture.runner import run_command
+        from torchtriage.results.run import RunConfig
 
-        result = run_command(command, work / "run", mode="time", warmup=WARMUP,
-                             log=work / "timing.log")
+        config = RunConfig(out=str(work / "run"), mode="time", timing_warmup=WARMUP)
+        result = run_command(command, config, log=work / "timing.log")
         if result.returncode != 0:
             sys.exit(f"overhead: timing-mode trial of {example} failed (see {work})")
     else:

@@ -141,10 +141,15 @@ def test_patch_edits_calls_and_adds_flags(tmp_path):
         "                        num_workers=0)\n"
         "    opt = torch.optim.AdamW(model.parameters(), lr=1e-3,)\n"
         "    return loader, opt\n")
+    from torchtriage.results.run import KnobOutcome
+
+    def outcome(where: str, detail: str) -> KnobOutcome:
+        return KnobOutcome(value=None, applied=True, detail=detail, where=[where])
+
     outcomes = {
-        "dataloader.num_workers": {"where": [f"{script}:5"], "detail": "DataLoader"},
-        "dataloader.pin_memory": {"where": [f"{script}:6"], "detail": "DataLoader"},
-        "optimizer.fused": {"where": [f"{script}:7"], "detail": "AdamW(fused=True) at x"},
+        "dataloader.num_workers": outcome(f"{script}:5", "DataLoader"),
+        "dataloader.pin_memory": outcome(f"{script}:6", "DataLoader"),
+        "optimizer.fused": outcome(f"{script}:7", "AdamW(fused=True) at x"),
     }
     kept = {"dataloader.num_workers": 4, "dataloader.pin_memory": True,
             "optimizer.fused": True, "matmul.tf32": True, "amp.bf16": True}
@@ -163,9 +168,11 @@ def test_patch_edits_calls_and_adds_flags(tmp_path):
 def _loop_for_order_tests(tmp_path: Path, outcomes: dict[str, str]):
     """A fix loop whose A/B searches are replaced by given outcomes (the searches themselves
     are covered by the end-to-end tests above); records the order of the searches."""
-    from torchtriage.fix.loop import _Budget, _Loop
+    from torchtriage.fix.loop import FixSettings, _Budget, _Loop
+    from torchtriage.verify.settings import TrialSettings
 
-    loop = _Loop(["python", TINY], tmp_path, _Budget(600), 3, 3, 10, None, None, 0.02, None)
+    settings = FixSettings(trial=TrialSettings(trials=3, warmup=3, steps=10, min_effect=0.02))
+    loop = _Loop(["python", TINY], tmp_path, _Budget(600), settings, None)
     order: list[str] = []
 
     def search(search, layer, round_no):

@@ -36,7 +36,7 @@ from torchtriage.diagnosis.traces import (
     trace_details,
 )
 from torchtriage.errors import TorchtriageError
-from torchtriage.fix.loop import run_fix
+from torchtriage.fix.loop import FixSettings, run_fix
 from torchtriage.report.html import diagnosis_page, write_page
 from torchtriage.report.markdown import ab_markdown, comparison_markdown, diagnosis_markdown
 from torchtriage.report.progress import TrialProgress
@@ -46,9 +46,11 @@ from torchtriage.report.verify_view import history_table
 from torchtriage.results.ab import ABResult
 from torchtriage.results.fix import FixResult
 from torchtriage.results.registry import REGISTRY, decode_document, json_schema, read_document
+from torchtriage.results.run import RunConfig
 from torchtriage.units import parse_bytes, parse_duration, parse_percent
 from torchtriage.verify.ab import run_ab
 from torchtriage.verify.compare import compare as compare_paths
+from torchtriage.verify.settings import TrialSettings
 from torchtriage.verify.store import ENV, RUN_KINDS, RunStore
 from torchtriage.version import __version__
 
@@ -231,8 +233,9 @@ def run_script(
     command = python_command(list(ctx.args))
     runs = _open_store(store, required=False)
     run_id = runs.start_run("run", command, knobs=knobs, out_dir=out) if runs else None
-    result = run_command(command, out, knobs=knobs, max_steps=steps, skip=skip,
-                         timeout=timeout, device_memory=capacity, quiet_output=json_out)
+    config = RunConfig(out=str(out), knobs=knobs, max_steps=steps, skip=skip,
+                       device_memory=capacity)
+    result = run_command(command, config, timeout=timeout, quiet_output=json_out)
     if result.traces:
         write_diagnosis(result, capacity, top)
     doc = result.diagnosis
@@ -250,8 +253,8 @@ def run_script(
     elif doc is not None:
         console.print(renderable(doc))
     for knob_id, entry in result.knobs.items():
-        status = "applied" if entry["applied"] else "not applied"
-        console.print(f"knob {knob_id}={entry['value']}: {status} ({entry['detail']})")
+        status = "applied" if entry.applied else "not applied"
+        console.print(f"knob {knob_id}={entry.value}: {status} ({entry.detail})")
     if failure:
         print(f"torchtriage: error: {failure}", file=sys.stderr)
         raise typer.Exit(124 if result.timed_out else 1)
@@ -356,9 +359,10 @@ def ab_command(
         console.print("[dim]no --knob and no --candidate: an A/A run (both arms identical) "
                       "that measures the noise[/dim]")
     with TrialProgress(console, enabled=not json_out) as progress:
-        result = run_ab(command, out, knobs=knobs, candidate=cand, trials=trials,
-                        warmup=warmup, steps=steps, timeout=timeout, min_effect=min_effect,
-                        store=runs, progress=progress)
+        settings = TrialSettings(trials=trials, warmup=warmup, steps=steps, timeout=timeout,
+                                 min_effect=min_effect)
+        result = run_ab(command, out, settings, knobs=knobs, candidate=cand, store=runs,
+                        progress=progress)
     if html_out is not None:
         _write_page(html_out, ab_page(result), quiet=json_out)
     if md_out is not None:
@@ -408,9 +412,9 @@ def fix_command(
     runs = _open_store(store, required=False)
     console = Console(stderr=True)
     with TrialProgress(console, enabled=not json_out) as progress:
-        result = run_fix(command, out, budget_s=seconds, trials=trials, warmup=warmup,
-                         steps=steps, timeout=timeout, device_memory=capacity,
-                         min_effect=min_effect, store=runs, progress=progress)
+        settings = FixSettings(budget_s=seconds, device_memory=capacity, trial=TrialSettings(
+            trials=trials, warmup=warmup, steps=steps, timeout=timeout, min_effect=min_effect))
+        result = run_fix(command, out, settings, store=runs, progress=progress)
     if html_out is not None:
         patch = Path(result.patch_file).read_text() if result.patch_file else ""
         _write_page(html_out, fix_page(result, patch), quiet=json_out)

@@ -10,6 +10,8 @@ import inspect
 import types
 from typing import Any
 
+from torchtriage.capture.knob_host import KnobHost
+
 _DATALOADER_KNOBS = {
     "dataloader.num_workers": "num_workers",
     "dataloader.pin_memory": "pin_memory",
@@ -18,7 +20,7 @@ _DATALOADER_KNOBS = {
 }
 
 
-def apply_global(run) -> None:
+def apply_global(run: KnobHost) -> None:
     import torch
 
     knobs = run.knobs
@@ -74,7 +76,7 @@ def _where() -> str | None:
     return None
 
 
-def _patch_dataloader(run, torch) -> None:
+def _patch_dataloader(run: KnobHost, torch) -> None:
     from torch.utils.data import DataLoader
 
     original = DataLoader.__init__
@@ -107,7 +109,7 @@ def _patch_dataloader(run, torch) -> None:
     DataLoader.__init__ = __init__
 
 
-def _split_batches(run, bound: dict[str, Any], where: str | None) -> None:
+def _split_batches(run: KnobHost, bound: dict[str, Any], where: str | None) -> None:
     """memory.grad_accumulation=K: this DataLoader yields batches of batch_size / K (the
     optimizer then steps every K-th call, see _patch_accumulation)."""
     k = run.knobs["memory.grad_accumulation"]
@@ -128,7 +130,7 @@ def _split_batches(run, bound: dict[str, Any], where: str | None) -> None:
              f"{size // k}, {k} micro-batches per optimizer step", where)
 
 
-def _patch_accumulation(run, torch, k: int) -> None:
+def _patch_accumulation(run: KnobHost, torch, k: int) -> None:
     """Gradient accumulation without touching the script: once a DataLoader's batches were
     split (``run.micro_batches > 1``), each optimizer's ``step`` runs on every K-th call (the
     gradients summed over K micro-batches are divided by K first, so the update equals the
@@ -197,7 +199,7 @@ def value_needs_cuda(torch, value: Any) -> bool:
     return bool(value) and not torch.cuda.is_available()
 
 
-def _patch_optimizer(run, torch) -> None:
+def _patch_optimizer(run: KnobHost, torch) -> None:
     original = torch.optim.Optimizer.__init__
     fused = run.knobs.get("optimizer.fused")
     foreach = run.knobs.get("optimizer.foreach")
@@ -226,7 +228,7 @@ def _patch_optimizer(run, torch) -> None:
     torch.optim.Optimizer.__init__ = __init__
 
 
-def _watch_root_module(run, torch) -> None:
+def _watch_root_module(run: KnobHost, torch) -> None:
     """Find the root module (the first module with parameters called outside any other module)
     and apply bf16 autocast and/or in-place torch.compile to it; they take effect from its next
     call."""
@@ -251,7 +253,7 @@ def _watch_root_module(run, torch) -> None:
     register_module_forward_hook(post)
 
 
-def _configure_root(run, torch, module) -> None:
+def _configure_root(run: KnobHost, torch, module) -> None:
     name = type(module).__name__
     if run.knobs.get("memory.activation_checkpointing"):
         _checkpoint_repeated_blocks(run, torch, module)
@@ -277,7 +279,7 @@ def _configure_root(run, torch, module) -> None:
                  "its second call")
 
 
-def _checkpoint_repeated_blocks(run, torch, root) -> None:
+def _checkpoint_repeated_blocks(run: KnobHost, torch, root) -> None:
     """Wrap each block of the largest run of same-class children (a ModuleList/Sequential of
     layers) in torch.utils.checkpoint, non-reentrant."""
     from torch.utils.checkpoint import checkpoint
@@ -309,7 +311,7 @@ def _checkpoint_repeated_blocks(run, torch, root) -> None:
              f"{len(best)} x {type(best[0]).__name__} blocks checkpointed, from the second call")
 
 
-def _patch_ddp(run, torch) -> None:
+def _patch_ddp(run: KnobHost, torch) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     original = DistributedDataParallel.__init__
@@ -343,7 +345,7 @@ def _patch_ddp(run, torch) -> None:
     DistributedDataParallel.__init__ = __init__
 
 
-def _sync_last_micro_batch(run, ddp) -> None:
+def _sync_last_micro_batch(run: KnobHost, ddp) -> None:
     """With gradient accumulation, DDP all-reduces only in the last micro-batch's backward
     (what ``with model.no_sync():`` does for the others)."""
     forward = ddp.forward
@@ -356,7 +358,7 @@ def _sync_last_micro_batch(run, ddp) -> None:
     ddp.forward = forward_with_sync_choice
 
 
-def _patch_to(run, torch) -> None:
+def _patch_to(run: KnobHost, torch) -> None:
     if not torch.cuda.is_available():
         run.note("h2d.non_blocking", False, "no CUDA device: no host-to-device copies")
         return
@@ -375,7 +377,7 @@ def _patch_to(run, torch) -> None:
     torch.Tensor.to = to
 
 
-def _checkpoint_sequential(run, torch, root) -> None:
+def _checkpoint_sequential(run: KnobHost, torch, root) -> None:
     """No repeated blocks: split the largest ``nn.Sequential`` (a flat stack of layers) into
     about sqrt(n) segments with ``checkpoint_sequential``, which keeps only the segment
     boundaries' activations for backward."""

@@ -9,7 +9,6 @@ SIGKILL), and finally diagnoses every rank trace in the run directory into ``dia
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -17,13 +16,21 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+import msgspec
 
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.diagnosis.traces import DiagnoseOptions, diagnose_traces
 from torchtriage.errors import TorchtriageError
 from torchtriage.results.registry import read_document
+from torchtriage.results.run import (
+    KnobOutcome,
+    RunConfig,
+    RunRecord,
+    decode_record,
+    merge_knob_outcomes,
+)
 from torchtriage.trace.discover import TRACE_SUFFIXES
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
@@ -37,63 +44,60 @@ class RunResult:
     returncode: int
     timed_out: bool
     traces: list[Path]
-    records: list[dict[str, Any]]
+    records: list[RunRecord]
     diagnosis: Diagnosis | JobDiagnosis | None = None  # once write_diagnosis ran
 
     @property
-    def knobs(self) -> dict[str, dict[str, Any]]:
+    def knobs(self) -> dict[str, KnobOutcome]:
         """Knob outcomes merged over ranks (see :func:`merge_knob_logs`)."""
         return merge_knob_logs(self.records)
 
+    @property
+    def oom(self) -> bool:
+        """Whether a rank ran out of memory (set by the session's is_out_of_memory())."""
+        return any(r.oom for r in self.records)
 
-def merge_knob_logs(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def rank0(self) -> RunRecord | None:
+        return next((r for r in self.records if r.rank == 0), None)
+
+
+def merge_knob_logs(records: list[RunRecord]) -> dict[str, KnobOutcome]:
     """Knob outcomes merged over run records (ranks, trials): applied anywhere counts as
     applied, with that outcome's detail; the call sites each changed (``where``) are united."""
-    merged: dict[str, dict[str, Any]] = {}
-    for record in records:
-        for knob, entry in (record.get("knobs") or {}).items():
-            have = merged.get(knob)
-            if have is None or (entry["applied"] and not have["applied"]):
-                have = merged[knob] = dict(entry, where=list(have["where"]) if have else [])
-            for site in entry.get("where") or []:
-                if site not in have["where"]:
-                    have["where"].append(site)
-    return merged
+    return merge_knob_outcomes([r.knobs for r in records])
 
 
 def run_command(
     command: list[str],
-    out: Path,
+    config: RunConfig,
     *,
-    knobs: dict[str, Any] | None = None,
-    max_steps: int | None = None,
-    skip: int = 0,
     timeout: float | None = None,
-    device_memory: int | None = None,
     quiet_output: bool = False,
-    mode: str = "profile",
-    warmup: int = 0,
     log: Path | None = None,
 ) -> RunResult:
-    """Run ``command`` under the bootstrap; return what it recorded (never raises for the
-    command's own failures: the caller reports them).
+    """Run ``command`` under the bootstrap with ``config`` (its ``out`` is the run directory);
+    return what it recorded (never raises for the command's own failures: the caller reports
+    them).
+
+    ``config.mode`` is ``"profile"`` (torch.profiler with ``config.schedule`` after ``skip``
+    steps) or ``"time"`` (no profiler: step times only, for A/B trials; ``timing_warmup`` steps
+    before the measured window, see :mod:`torchtriage.capture.autorun`).
 
     Args:
-        mode: ``"profile"`` (torch.profiler with the seed schedule after ``skip`` steps) or
-            ``"time"`` (no profiler: step times only, for A/B trials; ``warmup`` steps before
-            the measured window, see :mod:`torchtriage.capture.autorun`).
+        timeout: seconds before the command is stopped (SIGTERM, then SIGKILL).
+        quiet_output: send the command's stdout to /dev/null.
         log: send the command's stdout and stderr to this file instead of the terminal.
     """
+    out = Path(config.out)
     if not command:
         raise TorchtriageError("no command to run: put it after --, e.g. "
                                "torchtriage run -- python train.py")
     out.mkdir(parents=True, exist_ok=True)
     for stale in [*out.glob("run.rank*.json"), *_trace_files(out), out / "diagnosis.json"]:
         stale.unlink(missing_ok=True)
-    config = {"out": str(out.resolve()), "knobs": knobs or {}, "max_steps": max_steps,
-              "skip": skip, "device_memory": device_memory, "mode": mode, "timing_warmup": warmup}
+    resolved = msgspec.structs.replace(config, out=str(out.resolve()))
     env = dict(os.environ)
-    env["TORCHTRIAGE_RUN"] = json.dumps(config)
+    env["TORCHTRIAGE_RUN"] = resolved.to_json(indent=0)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(BOOTSTRAP), str(_PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])])
     stdout = stderr = None
@@ -163,22 +167,22 @@ def write_diagnosis(result: RunResult, device_memory: int | None, top: int = 10)
                                         device_memory, top)
 
 
-def diagnose_run_dir(out: Path, traces: list[Path], records: list[dict[str, Any]],
+def diagnose_run_dir(out: Path, traces: list[Path], records: list[RunRecord],
                      device_memory: int | None, top: int = 10) -> Diagnosis | JobDiagnosis:
     """Diagnose rank traces (with each rank's machine samples) into ``out/diagnosis.json``:
     one diagnosis, or the job diagnosis (``torchtriage.job/1``) over several ranks."""
     options = DiagnoseOptions(
         device_memory=device_memory, top=top,
-        oom=any(r.get("oom") for r in records),  # set by the session's is_out_of_memory()
-        machine={r.get("rank", 0): r.get("machine") for r in records}, workers=1)
+        oom=any(r.oom for r in records),  # set by the session's is_out_of_memory()
+        machine={r.rank: r.machine for r in records}, workers=1)
     doc = diagnose_traces(traces, options)
     (out / "diagnosis.json").write_text(doc.to_json() + "\n")
     return doc
 
 
-def rank_files(out: Path) -> tuple[list[Path], list[dict[str, Any]]]:
+def rank_files(out: Path) -> tuple[list[Path], list[RunRecord]]:
     """The rank traces and run records in a run directory."""
-    records = [json.loads(p.read_text()) for p in sorted(out.glob("run.rank*.json"))]
+    records = [decode_record(p.read_bytes()) for p in sorted(out.glob("run.rank*.json"))]
     return _trace_files(out), records
 
 
@@ -193,7 +197,7 @@ def describe_failure(result: RunResult, timeout: float | None) -> str | None:
                else f"exited with code {result.returncode}")
         return f"the command {how}{kept}"
     if not result.traces:
-        errors = {r.get("error") for r in result.records if r.get("error")}
+        errors = {r.error for r in result.records if r.error}
         if not result.records:
             return ("no training step detected (no optimizer.step() and no "
                     "torchtriage.step())")

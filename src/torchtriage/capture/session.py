@@ -31,13 +31,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from torchtriage.capture.quiet import StderrFilter
 from torchtriage.errors import CaptureError, TorchtriageError
+from torchtriage.results.run import ProfilerStepTime, RunRecord, Schedule, StepTime
 from torchtriage.units import parse_bytes
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
+DEFAULT_SCHEDULE = Schedule()
 # torch warns about cycles it clears; this schedule records one cycle only, so it is noise.
 _PROFILER_WARNINGS = r"Warning: Profiler clears events at the end of each cycle"
 
@@ -119,9 +119,9 @@ class ProfileSession:
         self,
         out_dir: str | os.PathLike[str] | None = None,
         *,
-        wait: int = 1,
-        warmup: int = 2,
-        active: int = 5,
+        wait: int = DEFAULT_SCHEDULE.wait,
+        warmup: int = DEFAULT_SCHEDULE.warmup,
+        active: int = DEFAULT_SCHEDULE.active,
         record_shapes: bool = True,
         profile_memory: bool = True,
         with_stack: bool = False,
@@ -145,7 +145,8 @@ class ProfileSession:
         self.analyze, self.quiet, self.top = analyze, quiet, top
         self.worker_name = worker_name or f"{socket.gethostname()}_{os.getpid()}"
         self.record_name = record_name
-        # Filled by the caller (e.g. the zero-code runner) and merged into the run record.
+        # Filled by the caller (e.g. the zero-code runner) and merged into the run record:
+        # values of RunRecord fields, by field name.
         self.extra_record: dict[str, Any] = extra_record if extra_record is not None else {}
         self.trace_path: Path | None = None
         self.error: str | None = None
@@ -324,27 +325,25 @@ class ProfileSession:
     def _write_run_record(self, oom: bool) -> None:
         import torch
 
-        record = {
-            "schema": "torchtriage.run/1",
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "argv": sys.argv,
-            "python": platform.python_version(),
-            "torch": str(torch.__version__),
-            "host": socket.gethostname(),
-            "schedule": {"wait": self.wait, "warmup": self.warmup, "active": self.active},
-            "record_shapes": self.record_shapes,
-            "profile_memory": self.profile_memory,
-            "device_memory": self.device_memory,
-            "steps_run": self._steps_run,
-            "step_ms": [{"step": n, "user_ms": round(ms, 3)} for n, ms in self._step_ms],
-            "profiler_step_ms": [{"step": n, "ms": round(ms, 3)} for n, ms in self._profiler_ms],
-            "trace": self.trace_path.name if self.trace_path else None,
-            "oom": oom,
-            "error": self.error,
+        record = RunRecord(
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            argv=list(sys.argv),
+            python=platform.python_version(),
+            torch=str(torch.__version__),
+            host=socket.gethostname(),
+            schedule=Schedule(wait=self.wait, warmup=self.warmup, active=self.active),
+            record_shapes=self.record_shapes,
+            profile_memory=self.profile_memory,
+            device_memory=self.device_memory,
+            steps_run=self._steps_run,
+            step_ms=[StepTime(n, round(ms, 3)) for n, ms in self._step_ms],
+            profiler_step_ms=[ProfilerStepTime(n, round(ms, 3)) for n, ms in self._profiler_ms],
+            trace=self.trace_path.name if self.trace_path else None,
+            oom=oom,
+            error=self.error,
             **self.extra_record,
-        }
-        (self.run_dir / self.record_name).write_bytes(
-            msgspec.json.format(msgspec.json.encode(record)))
+        )
+        (self.run_dir / self.record_name).write_text(record.to_json())
 
     @property
     def diagnosis(self):
@@ -362,7 +361,8 @@ def profile(out_dir: str | os.PathLike[str] | None = None, **options: Any) -> Pr
     Args:
         out_dir: run directory for the trace, ``diagnosis.json`` and ``run.json``
             (default ``torchtriage_runs/<time>-<pid>``).
-        **options: ``wait`` (1), ``warmup`` (2), ``active`` (5), ``record_shapes`` (True),
+        **options: ``wait`` (1), ``warmup`` (2), ``active`` (5): see
+            :class:`~torchtriage.results.run.Schedule`; ``record_shapes`` (True),
             ``profile_memory`` (True), ``with_stack`` (False), ``device_memory`` (capacity for
             the memory rule, e.g. ``"16GiB"``; stands in for a GPU's memory on CPU),
             ``analyze`` (True), ``quiet`` (True: hide the profiler's stderr noise), ``top`` (10).

@@ -66,9 +66,9 @@ def climb(profile: Profile, kept: dict[str, Any], round_no: int, before,
             value = knobs[knob]
             diagnosis, losses, oom, outcomes = profile({**kept, **knobs}, f"{rung}={value}")
             outcome = outcomes.get(knob)
-            if outcome is not None and not outcome["applied"] and not oom:
+            if outcome is not None and not outcome.applied and not oom:
                 step.result, step.why = "not_applicable", f"{knob}={value!r} did not apply: " \
-                                                          f"{outcome['detail']}"
+                                                          f"{outcome.detail}"
                 break
             if diagnosis is None:
                 step.attempts.append(Attempt(value=value, verdict="does_not_fit",

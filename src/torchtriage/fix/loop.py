@@ -25,17 +25,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from torchtriage.capture.runner import (
-    merge_knob_logs,
-    rank_files,
-    run_command,
-    write_diagnosis,
-)
+from torchtriage.capture.runner import run_command, write_diagnosis
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.errors import TorchtriageError
@@ -45,10 +41,11 @@ from torchtriage.fix.patch import make_patch
 from torchtriage.report.fix_view import fix_markdown
 from torchtriage.results.ab import ABResult, Trial
 from torchtriage.results.fix import Attempt, FixResult, FixStep, Profiled
-from torchtriage.verify import policy
+from torchtriage.results.run import KnobOutcome, RunConfig, Schedule, merge_knob_outcomes
 from torchtriage.verify.ab import run_ab
+from torchtriage.verify.settings import TrialSettings
 
-PROFILE_STEPS = 9  # the seed schedule (1 wait + 2 warm-up + 5 active) and one more
+PROFILE_STEPS = Schedule().steps + 1  # the profiler schedule's steps and one more
 COMPILE_ESTIMATE_S = 45.0  # cold torch.compile, before one has been measured
 Progress = Callable[[str, int, int, Trial | None], None]
 
@@ -72,17 +69,22 @@ class _Budget:
         return self.elapsed + need <= self.seconds, need
 
 
+@dataclass(frozen=True)
+class FixSettings:
+    """What the fix loop may spend and how each of its A/Bs runs."""
+
+    budget_s: float = 600.0  # wall-clock budget for the whole loop; no A/B starts past it
+    # each A/B's trials (the most per arm: they stop earlier when clear); ``timeout`` also
+    # bounds each profile run
+    trial: TrialSettings = field(default_factory=lambda: TrialSettings(trials=4))
+    device_memory: int | None = None  # capacity for the memory rule on CPU, as for ``run``
+
+
 def run_fix(
     command: list[str],
     out: Path,
+    settings: FixSettings | None = None,
     *,
-    budget_s: float = 600.0,
-    trials: int = 4,
-    warmup: int = 3,
-    steps: int = 10,
-    timeout: float | None = None,
-    device_memory: int | None = None,
-    min_effect: float = policy.MIN_EFFECT.value,
     store=None,
     progress: Progress | None = None,
     cwd: Path | None = None,
@@ -91,18 +93,16 @@ def run_fix(
 
     Args:
         command: the training command, as for ``torchtriage run`` (python or torchrun).
-        budget_s: wall-clock budget for the whole loop; no A/B starts that would not fit.
-        trials: the most trials per arm of each A/B (they stop earlier when clear).
-        device_memory: capacity for the memory rule on CPU, as for ``run``.
+        settings: budget, A/B trial settings and device memory (default :class:`FixSettings`).
 
     Raises:
         TorchtriageError: the command fails as written (nothing to fix from).
     """
+    settings = settings or FixSettings()
     out.mkdir(parents=True, exist_ok=True)
-    budget = _Budget(budget_s)
+    budget = _Budget(settings.budget_s)
     store_id = store.start_run("fix", command, out_dir=out) if store else None
-    loop = _Loop(command, out, budget, trials, warmup, steps, timeout, device_memory,
-                 min_effect, progress)
+    loop = _Loop(command, out, budget, settings, progress)
     try:
         result = loop.run()
     except BaseException:
@@ -125,11 +125,10 @@ def run_fix(
 
 
 class _Loop:
-    def __init__(self, command, out, budget, trials, warmup, steps, timeout, device_memory,
-                 min_effect, progress) -> None:
+    def __init__(self, command: list[str], out: Path, budget: _Budget, settings: FixSettings,
+                 progress: Progress | None) -> None:
         self.command, self.out, self.budget = command, out, budget
-        self.trials, self.warmup, self.steps, self.timeout = trials, warmup, steps, timeout
-        self.device_memory, self.min_effect, self.progress = device_memory, min_effect, progress
+        self.settings, self.progress = settings, progress
         self.kept: dict[str, Any] = {}
         self.kept_order: list[dict[str, Any]] = []
         self.fix_steps: list[FixStep] = []
@@ -140,29 +139,33 @@ class _Loop:
         self.ab_count = 0
         # prescription -> (times tried, kept configuration then, last A/B verdict)
         self.tried: dict[str, tuple[int, dict[str, Any] | None, str | None]] = {}
-        self.last_dirs: list[str] = []  # trial dirs of the kept configuration
+        self.last_trials: list[Trial] = []  # trials of the kept configuration
+        # knob outcomes of each profile run, by its run directory
+        self.profile_outcomes: dict[str, dict[str, KnobOutcome]] = {}
 
     # --- profiling ----------------------------------------------------------------------
 
     def profile(self, knobs: dict[str, Any], label: str
-                ) -> tuple[Any, list[float], bool, dict[str, dict[str, Any]]]:
+                ) -> tuple[Any, list[float], bool, dict[str, KnobOutcome]]:
         """Profile the command with ``knobs``: (diagnosis or None when nothing was recorded,
         rank 0's losses, whether it ran out of memory, the knob outcomes)."""
         run_dir = self.out / "profiles" / f"{len(self.rounds)}-{label}"
         run_dir.mkdir(parents=True, exist_ok=True)
         self._say(f"profiling ({label})")
         start = time.monotonic()
-        result = run_command(self.command, run_dir, knobs=knobs, max_steps=PROFILE_STEPS,
-                             timeout=self.timeout, device_memory=self.device_memory,
+        device_memory = self.settings.device_memory
+        config = RunConfig(out=str(run_dir), knobs=knobs, max_steps=PROFILE_STEPS,
+                           device_memory=device_memory)
+        result = run_command(self.command, config, timeout=self.settings.trial.timeout,
                              log=run_dir / "output.log")
         self.budget.profile_s = self.budget.profile_s or time.monotonic() - start
-        oom = any(r.get("oom") for r in result.records)
-        losses = [x["loss"] for r in result.records if r.get("rank", 0) == 0
-                  for x in r.get("losses", [])]
-        outcomes = merge_knob_logs(result.records)
+        oom = result.oom
+        losses = [x for r in result.records if r.rank == 0 for x in r.loss_values]
+        outcomes = result.knobs
+        self.profile_outcomes[str(run_dir)] = outcomes
         if not result.traces:
             return None, losses, oom, outcomes
-        write_diagnosis(result, self.device_memory)
+        write_diagnosis(result, device_memory)
         return _representative(result.diagnosis), losses, oom, outcomes
 
     def _round(self, diagnosis, knobs: dict[str, Any], label: str) -> None:
@@ -304,7 +307,7 @@ class _Loop:
                 step.why = f"{search.knob}={value!r}: {attempt.note}"
                 self._keep(knobs)
                 self.incumbent = [t for t in ab.trials if t.arm == "B" and t.status == "ok"]
-                self.last_dirs = [t.dir for t in self.incumbent]
+                self.last_trials = list(self.incumbent)
                 continue
             reason = f"{search.knob}={value!r}: {attempt.note}"
             if step.kept_value is None:
@@ -321,9 +324,8 @@ class _Loop:
         prefix = f"{label}: "
         progress = (lambda text, k, n, trial: self.progress(prefix + text, k, n, trial)
                     ) if self.progress else None
-        ab = run_ab(self.command, ab_dir, knobs=knobs, baseline_knobs=self.kept,
-                    trials=self.trials, adaptive=True, warmup=self.warmup, steps=self.steps,
-                    timeout=self.timeout, min_effect=self.min_effect, progress=progress,
+        ab = run_ab(self.command, ab_dir, self.settings.trial, knobs=knobs,
+                    baseline_knobs=self.kept, adaptive=True, progress=progress,
                     prior={"A": self.incumbent} if self.incumbent else None,
                     deadline=self.budget.start + self.budget.seconds)
         fresh = [t for t in ab.trials if not t.reused]
@@ -345,13 +347,12 @@ class _Loop:
             self._say("final A/B: kept configuration against the original")
             progress = (lambda text, k, n, trial: self.progress("final: " + text, k, n, trial)
                         ) if self.progress else None
-            final = run_ab(self.command, self.out / "final", knobs=self.kept, trials=self.trials,
-                           adaptive=True, min_fresh=2, warmup=self.warmup, steps=self.steps,
-                           timeout=self.timeout, min_effect=self.min_effect, progress=progress,
+            final = run_ab(self.command, self.out / "final", self.settings.trial,
+                           knobs=self.kept, adaptive=True, min_fresh=2, progress=progress,
                            prior={"A": self.original, "B": self.incumbent})
             self.trials_run += sum(not t.reused for t in final.trials)
-            self.last_dirs = [t.dir for t in final.trials if t.arm == "B" and not t.reused
-                              and t.status == "ok"] + self.last_dirs
+            self.last_trials = [t for t in final.trials if t.arm == "B" and not t.reused
+                                and t.status == "ok"] + self.last_trials
         return FixResult(
             summary="", command=self.command, kept=self.kept_order,
             speedup=final.speedup if final else None, ci_low=final.ci_low if final else None,
@@ -362,13 +363,13 @@ class _Loop:
             budget_s=self.budget.seconds, elapsed_s=round(self.budget.elapsed, 1),
             trials_run=self.trials_run, out=str(self.out))
 
-    def outcomes(self) -> dict[str, dict[str, Any]]:
+    def outcomes(self) -> dict[str, KnobOutcome]:
         """Knob outcomes (with the call sites they changed) from the kept configuration's
-        trials, or the last profile round."""
-        dirs = [Path(d) for d in self.last_dirs]
+        trials, or the last profile round (as recorded when they ran)."""
+        logs = [t.knobs for t in self.last_trials]
         if self.rounds:
-            dirs.append(Path(self.rounds[-1].run_dir))
-        return merge_knob_logs([r for d in dirs if d.is_dir() for r in rank_files(d)[1]])
+            logs.append(self.profile_outcomes.get(self.rounds[-1].run_dir, {}))
+        return merge_knob_outcomes(logs)
 
     def _say(self, text: str) -> None:
         if self.progress:

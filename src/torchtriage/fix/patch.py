@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchtriage.results.run import KnobOutcome
+
 # knob -> (keyword argument, callee names it belongs to; None: the optimizer class in `detail`)
 CALL_KNOBS: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "dataloader.num_workers": ("num_workers", ("DataLoader",)),
@@ -61,7 +63,7 @@ class Patch:
     instructions: list[str] = field(default_factory=list)  # what the diff could not say
 
 
-def make_patch(kept: dict[str, Any], outcomes: dict[str, dict[str, Any]],
+def make_patch(kept: dict[str, Any], outcomes: dict[str, KnobOutcome],
                command: list[str], cwd: Path | None = None) -> Patch:
     """The patch for ``kept`` knobs, from the knob outcomes the trials recorded."""
     cwd = (cwd or Path.cwd()).resolve()
@@ -69,12 +71,12 @@ def make_patch(kept: dict[str, Any], outcomes: dict[str, dict[str, Any]],
     patch = Patch()
     statements: list[str] = []
     for knob, value in kept.items():
-        outcome = outcomes.get(knob, {})
+        outcome = outcomes.get(knob)
         if knob in CALL_KNOBS:
             keyword, callees = CALL_KNOBS[knob]
             if callees is None:  # the optimizer class named in the detail, "SGD(fused=True)..."
-                callees = (str(outcome.get("detail", "")).split("(", 1)[0],)
-            sites = outcome.get("where") or []
+                callees = ((outcome.detail if outcome else "").split("(", 1)[0],)
+            sites = outcome.where if outcome else []
             if not sites:
                 patch.instructions.append(f"{knob}={value!r}: set `{keyword}={value!r}` where "
                                           "it is constructed (no call site was recorded)")

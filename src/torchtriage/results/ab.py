@@ -8,8 +8,10 @@ from typing import Any, Literal
 import msgspec
 
 from torchtriage.document import JsonDocument
+from torchtriage.results.run import KnobOutcome
 from torchtriage.version import __version__
 
+__all__ = ["ABResult", "Arm", "KnobOutcome", "Parity", "Startup", "Trial"]
 SCHEMA = "torchtriage.ab/1"
 ABVerdict = Literal["faster", "slower", "no_change", "changes_results", "failed"]
 SpeedVerdict = Literal["faster", "slower", "no_change"]
@@ -51,6 +53,7 @@ class Trial(msgspec.Struct, kw_only=True):
     error: str | None = None
     dir: str = ""
     reused: bool = False  # measured earlier for the same configuration (fix loop)
+    knobs: dict[str, KnobOutcome] = {}  # what each knob did in this trial's run
 
 
 class Arm(msgspec.Struct, kw_only=True):
@@ -70,12 +73,6 @@ class Startup(msgspec.Struct, kw_only=True):
     extra_s: float  # B's median time to the end of warm-up minus A's
     compile_s: float | None = None  # what torch.compile itself reported, when it ran
     break_even_steps: int | None = None  # steps until the per-step saving pays extra_s back
-
-
-class KnobOutcome(msgspec.Struct, kw_only=True):
-    value: Any
-    applied: bool
-    detail: str
 
 
 class ABResult(JsonDocument, msgspec.Struct, kw_only=True):

@@ -16,7 +16,7 @@ from torchtriage.diagnosis.result import SCHEMA as DIAGNOSIS_SCHEMA
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.document import JsonDocument
 from torchtriage.errors import TorchtriageError
-from torchtriage.results import ab, compare, fix
+from torchtriage.results import ab, compare, fix, run
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,8 @@ REGISTRY: tuple[DocumentType, ...] = (
     DocumentType("compare", compare.SCHEMA, compare.Comparison, "compare --json"),
     DocumentType("ab", ab.SCHEMA, ab.ABResult, "ab.json, ab --json"),
     DocumentType("fix", fix.SCHEMA, fix.FixResult, "fix.json, fix --json"),
+    DocumentType("run", run.SCHEMA, run.RunRecord,
+                 "run.rank<N>.json of torchtriage run, run.json of torchtriage.profile"),
 )
 DOCUMENTS: tuple[str, ...] = tuple(d.name for d in REGISTRY)
 _BY_NAME = {d.name: d for d in REGISTRY}

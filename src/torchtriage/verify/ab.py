@@ -10,6 +10,7 @@ process is stopped after them. Every trial is written to the run store and to
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
@@ -18,11 +19,13 @@ from typing import Any
 
 import msgspec
 
-from torchtriage.capture.runner import merge_knob_logs, rank_files, run_command
+from torchtriage.capture.runner import merge_knob_logs, run_command
 from torchtriage.errors import TorchtriageError
-from torchtriage.results.ab import ABResult, Arm, KnobOutcome, Startup, Trial
+from torchtriage.results.ab import ABResult, Arm, Startup, Trial
+from torchtriage.results.run import RunConfig, merge_knob_outcomes
 from torchtriage.verify import policy
 from torchtriage.verify.parity import check_parity
+from torchtriage.verify.settings import TrialSettings
 from torchtriage.verify.stats import speedup_interval, verdict
 
 MIN_MEASURED_STEPS = 3
@@ -39,19 +42,15 @@ ProgressFn = Callable[[str, int, int, Trial | None], None]
 def run_ab(
     command: list[str],
     out: Path,
+    settings: TrialSettings | None = None,
     *,
     knobs: dict[str, Any] | None = None,
     baseline_knobs: dict[str, Any] | None = None,
     candidate: list[str] | None = None,
-    trials: int = 5,
     adaptive: bool = False,
     prior: dict[str, list[Trial]] | None = None,
     min_fresh: int = 0,
     deadline: float | None = None,
-    warmup: int = 3,
-    steps: int = 10,
-    timeout: float | None = None,
-    min_effect: float = policy.MIN_EFFECT.value,
     store=None,
     progress: ProgressFn | None = None,
 ) -> ABResult:
@@ -59,10 +58,12 @@ def run_ab(
 
     Args:
         command: the baseline command (``python train.py ARGS``); arm A.
+        settings: trials per arm (the most, when ``adaptive``), ``warmup``/``steps`` before /
+            inside the measured window, ``timeout`` per trial (a trial past it is stopped and
+            recorded as ``timeout``) and ``min_effect`` (default :class:`TrialSettings`).
         knobs: applied to arm B (``{"dataloader.num_workers": 2}``), on top of
             ``baseline_knobs``, which both arms get (fixes already kept).
         candidate: arm B's command, when it differs from ``command`` (a hand-written fix).
-        trials: processes per arm (the most, when ``adaptive``).
         adaptive: stop as soon as the answer is clear: after each ABBA block from two trials
             per arm on, when the interval is past the minimum effect either way, lies inside
             it (no change either way), or parity failed.
@@ -71,23 +72,23 @@ def run_ab(
         min_fresh: trials to run in any case, on top of ``prior``.
         deadline: ``time.monotonic()`` after which no trial starts and a running one is
             stopped (its measured steps still count); the fix loop's budget.
-        warmup/steps: steps before / inside the measured window.
-        timeout: seconds per trial; a trial past it is stopped and recorded as ``timeout``.
         store: a :class:`~torchtriage.verify.store.RunStore` to record into, or None.
         progress: called before each trial (``label, k, n, None``) and after (with the trial).
 
     Raises:
         TorchtriageError: bad settings, or the baseline failed (the trials are kept).
     """
+    settings = settings or TrialSettings()
     base = dict(baseline_knobs or {})
     knobs = {**base, **(knobs or {})}
+    trials = settings.trials
     if trials < 2:
         raise TorchtriageError("--trials must be at least 2 per arm for a confidence interval")
-    if warmup < MIN_WARMUP or steps < MIN_MEASURED_STEPS:
+    if settings.warmup < MIN_WARMUP or settings.steps < MIN_MEASURED_STEPS:
         raise TorchtriageError(f"--warmup must be >= {MIN_WARMUP} and --steps >= "
                                f"{MIN_MEASURED_STEPS}")
     if knobs.get("compile.mode", "none") != "none":
-        warmup = max(warmup, COMPILE_WARMUP)
+        settings = dataclasses.replace(settings, warmup=max(settings.warmup, COMPILE_WARMUP))
     command_b = candidate or command
     out.mkdir(parents=True, exist_ok=True)
     (out / "trials.jsonl").unlink(missing_ok=True)
@@ -110,7 +111,7 @@ def run_ab(
             idx = sum(t.arm == arm for t in done) + 1
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            trial = _run_trial(arm, idx, *arms[arm], out, warmup, steps, timeout, deadline)
+            trial = _run_trial(arm, idx, *arms[arm], out, settings, deadline)
             done.append(trial)
             with open(out / "trials.jsonl", "ab") as f:
                 f.write(msgspec.json.encode(trial) + b"\n")
@@ -123,13 +124,13 @@ def run_ab(
                 stopped[arm] = trial.error or trial.status  # fails from the start: it will again
                 break
             if (adaptive and fresh % 2 == 0 and fresh >= min_fresh
-                    and _decided(done, knobs, min_effect)):
+                    and _decided(done, knobs, settings.min_effect)):
                 break
     except KeyboardInterrupt:
         if store:
             store.finish_run(store_id, "failed", "interrupted by the user")
         raise
-    result = _result(done, arms, knobs, candidate, trials, warmup, steps, min_effect, out)
+    result = _result(done, arms, knobs, settings, out)
     result.baseline_knobs = base
     result.store_id = store_id
     (out / "ab.json").write_text(result.to_json() + "\n")
@@ -189,51 +190,51 @@ def _label(arm: str, knobs: dict[str, Any], candidate: list[str] | None) -> str:
 
 
 def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], out: Path,
-               warmup: int, steps: int, timeout: float | None,
-               deadline: float | None = None) -> Trial:
+               settings: TrialSettings, deadline: float | None = None) -> Trial:
     trial_dir = out / "trials" / f"{arm}{idx}"
     trial_dir.mkdir(parents=True, exist_ok=True)
+    warmup, timeout = settings.warmup, settings.timeout
     start = time.perf_counter()
     left = deadline - time.monotonic() if deadline is not None else None
     by_budget = left is not None and (timeout is None or left < timeout)
-    result = run_command(command, trial_dir, knobs=knobs, max_steps=warmup + steps,
-                         timeout=max(left, 1.0) if by_budget else timeout, mode="time",
-                         warmup=warmup, log=trial_dir / "output.log")
+    config = RunConfig(out=str(trial_dir), knobs=knobs, max_steps=warmup + settings.steps,
+                       mode="time", timing_warmup=warmup)
+    result = run_command(command, config, timeout=max(left, 1.0) if by_budget else timeout,
+                         log=trial_dir / "output.log")
     wall = round(time.perf_counter() - start, 3)
-    base = {"arm": arm, "idx": idx, "returncode": result.returncode, "wall_s": wall,
-            "dir": str(trial_dir)}
     records = result.records
+    base = {"arm": arm, "idx": idx, "returncode": result.returncode, "wall_s": wall,
+            "dir": str(trial_dir), "knobs": merge_knob_logs(records)}
     if result.timed_out and not by_budget:
         return Trial(status="timeout", error=f"ran past the {timeout:g}s trial timeout", **base)
     note = None
     if result.timed_out:  # stopped at the end of the budget: its measured steps still count
         note = "stopped at the end of the budget"
         result.returncode = base["returncode"] = 0
-    exits = [r.get("exit_exception") or "" for r in records]
-    if any(r.get("oom") for r in records):  # set by the bootstrap's is_out_of_memory()
+    exits = [r.exit_exception or "" for r in records]
+    if result.oom:  # set by the bootstrap's is_out_of_memory()
         return Trial(status="oom", error=next(e for e in exits if e), **base)
     if result.returncode != 0:
         return Trial(status="failed", error=_failure(result.returncode, exits, trial_dir),
                      **base)
-    per_rank = [r.get("host_step_ms") or [] for r in records]
+    per_rank = [r.host_step_ms for r in records]
     measured = [t[warmup - 1:] for t in per_rank]  # interval i is step i + 2
     n = min((len(t) for t in measured), default=0)
     if n < MIN_MEASURED_STEPS:
-        detected = max((r.get("steps_detected", 0) for r in records), default=0)
+        detected = max((r.steps_detected for r in records), default=0)
         why = ("no training step detected (no optimizer.step() and no torchtriage.step())"
                if not detected else f"the script ran {detected} step(s); a trial needs "
                f"{warmup} warm-up + at least {MIN_MEASURED_STEPS} measured")
         return Trial(status="too_few_steps", error=note or why, **base)
     step_ms = [round(max(t[i] for t in measured), 3) for i in range(n)]
     mean_ms = statistics.fmean(step_ms)
-    rank0 = next((r for r in records if r.get("rank", 0) == 0), records[0])
+    rank0 = result.rank0() or records[0]
     return Trial(
         status="ok", step_ms=step_ms, mean_step_ms=round(mean_ms, 3),
         steps_per_s=round(1e3 / mean_ms, 3),
-        losses=[x["loss"] for x in rank0.get("losses", [])],
-        warmup_end_s=rank0.get("warmup_end_s"), compile=rank0.get("compile"),
-        batch_size=statistics.median(rank0["batch_sizes"]) if rank0.get("batch_sizes")
-        else None,
+        losses=rank0.loss_values,
+        warmup_end_s=rank0.warmup_end_s, compile=rank0.compile,
+        batch_size=statistics.median(rank0.batch_sizes) if rank0.batch_sizes else None,
         error=note, **base)
 
 
@@ -267,21 +268,22 @@ def _arm(label: str, command: list[str], knobs: dict[str, Any], trials: list[Tri
                warmup_end_s=round(statistics.median(warm), 3) if warm else None)
 
 
-def _result(done: list[Trial], arms, knobs, candidate, trials, warmup, steps, min_effect,
+def _result(done: list[Trial], arms, knobs: dict[str, Any], settings: TrialSettings,
             out: Path) -> ABResult:
+    min_effect = settings.min_effect
     a_trials = [t for t in done if t.arm == "A"]
     b_trials = [t for t in done if t.arm == "B"]
     a = _arm("baseline", arms["A"][0], {}, a_trials)
     b = _arm("candidate", arms["B"][0], knobs, b_trials)
     a_ok = [t for t in a_trials if t.status == "ok"]
     b_ok = [t for t in b_trials if t.status == "ok"]
-    outcomes = _knob_outcomes(b_trials)
+    outcomes = merge_knob_outcomes([t.knobs for t in b_trials])  # what B's own runs recorded
     parity = check_parity([t.losses for t in a_ok], [t.losses for t in b_ok], knobs)
     if not a_ok or not b_ok:
         parity.detail = "an arm completed no trial"
     common = dict(confidence=policy.CONFIDENCE.value, min_effect=min_effect, parity=parity,
-                  a=a, b=b, knobs=outcomes, trials_per_arm=trials, warmup=warmup,
-                  steps=steps, trials=done, out=str(out))
+                  a=a, b=b, knobs=outcomes, trials_per_arm=settings.trials,
+                  warmup=settings.warmup, steps=settings.steps, trials=done, out=str(out))
     if not a_ok or not b_ok:
         failed = b_trials if a_ok else a_trials
         why = next((t.error for t in failed if t.error), "no trial ran")
@@ -301,12 +303,6 @@ def _result(done: list[Trial], arms, knobs, candidate, trials, warmup, steps, mi
                       ci_high=round(s.ci_high, 4), startup=startup, **common)
     result.summary = _summary(result)
     return result
-
-
-def _knob_outcomes(trials: list[Trial]) -> dict[str, KnobOutcome]:
-    records = [r for t in trials if Path(t.dir).is_dir() for r in rank_files(Path(t.dir))[1]]
-    return {knob: KnobOutcome(value=e["value"], applied=e["applied"], detail=e["detail"])
-            for knob, e in merge_knob_logs(records).items()}
 
 
 def _startup(a: Arm, b: Arm, b_ok: list[Trial], a_ms: float, b_ms: float) -> Startup | None:

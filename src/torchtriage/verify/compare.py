@@ -9,10 +9,10 @@ time per step of each breakdown category on each side (categories average over r
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from torchtriage.diagnosis.result import Diagnosis
@@ -21,6 +21,7 @@ from torchtriage.diagnosis.vocabulary import CPU_CATEGORY_LAYER, GPU_CATEGORY_LA
 from torchtriage.errors import TraceError
 from torchtriage.results.ab import Parity
 from torchtriage.results.compare import CategoryDelta, Comparison, OpDelta, Side
+from torchtriage.results.run import RunRecord, decode_record
 from torchtriage.verify import policy
 from torchtriage.verify.parity import check_parity
 from torchtriage.verify.stats import outliers, speedup_interval, verdict
@@ -181,22 +182,21 @@ def _parity(a: Path, b: Path) -> Parity | None:
 
 def _run_losses(path: Path) -> list[float] | None:
     record = _rank0_record(path)
-    losses = [x["loss"] for x in (record or {}).get("losses", [])]
-    return losses or None
+    return (record.loss_values if record else None) or None
 
 
 def _run_knobs(path: Path) -> dict:
-    record = _rank0_record(path) or {}
-    return {k: v.get("value") for k, v in (record.get("knobs") or {}).items()}
+    record = _rank0_record(path)
+    return {k: v.value for k, v in record.knobs.items()} if record else {}
 
 
-def _rank0_record(path: Path) -> dict | None:
+def _rank0_record(path: Path) -> RunRecord | None:
     if not path.is_dir():
         return None
     for name in ("run.rank0.json", "run.json"):
         if (path / name).is_file():
             try:
-                return json.loads((path / name).read_text())
-            except (OSError, ValueError):
+                return decode_record((path / name).read_bytes())
+            except (OSError, msgspec.DecodeError, msgspec.ValidationError):
                 return None
     return None

@@ -1,0 +1,82 @@
+"""Bringing the ranks of a job together at exit: each rank diagnoses its own trace and shares
+the (small) result over torchrun's rendezvous store, and rank 0 writes the job's
+``diagnosis.json``; without a store, rank 0 waits for every rank's record in the shared run
+directory and diagnoses all rank traces there."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+WAIT_FOR_RANKS_S = 60.0  # how long rank 0 waits for the other ranks' results at exit
+
+
+def share_over_store(out: Path, rank: int, world_size: int, trace: Path | None,
+                     device_memory: int | None, machine: dict[str, Any] | None) -> bool:
+    """Each rank diagnoses its own trace where it runs and publishes the result in torchrun's
+    rendezvous store; rank 0 gathers them into ``diagnosis.json``. No shared filesystem is
+    needed and no rank parses another rank's trace. False when there is no store to reach or
+    the exchange failed (the caller falls back to the shared run directory)."""
+    store = _torchrun_store()
+    if store is None or trace is None:
+        return False
+    from torchtriage.diagnosis.diagnose import diagnose
+    from torchtriage.trace.ingest import load_trace
+
+    key = f"torchtriage/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{out}/"
+    try:
+        mine = diagnose(load_trace(trace), device_memory=device_memory, machine=machine)
+        store.set(key + str(rank), mine.to_json(indent=0))
+        if rank != 0:
+            return True
+        from torchtriage.diagnosis.job import diagnose_job
+        from torchtriage.diagnosis.result import decode_diagnosis
+
+        keys = [key + str(r) for r in range(world_size)]
+        store.wait(keys, timedelta(seconds=WAIT_FOR_RANKS_S))
+        ranks = [decode_diagnosis(store.get(k)) for k in keys]
+        job = diagnose_job(ranks)
+        job.gathered_via = "torchrun store"
+        (out / "diagnosis.json").write_text(job.to_json() + "\n")
+        return True
+    except Exception as exc:  # a rank that never arrives, a store that went away
+        log.warning("torchtriage: gathering rank diagnoses over the store failed (%s); "
+                    "using the run directory", exc)
+        return False
+
+
+def write_job_diagnosis(out: Path, world_size: int, device_memory: int | None) -> None:
+    """Rank 0: once every rank's record is on disk (or after WAIT_FOR_RANKS_S), diagnose all
+    rank traces into ``diagnosis.json``."""
+    from torchtriage.capture.runner import diagnose_run_dir, rank_files
+
+    deadline = time.monotonic() + WAIT_FOR_RANKS_S
+    while time.monotonic() < deadline:
+        if len(list(out.glob("run.rank*.json"))) >= world_size:
+            break
+        time.sleep(0.2)
+    try:
+        traces, records = rank_files(out)
+        if traces:
+            diagnose_run_dir(out, traces, records, device_memory)
+    except Exception as exc:  # the parent diagnoses again; the traces are on disk
+        log.warning("torchtriage: rank 0 could not write the job diagnosis (%s)", exc)
+
+
+def _torchrun_store():
+    """A client of torchrun's rendezvous store (MASTER_ADDR:MASTER_PORT), or None."""
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "")
+    if not addr or not port.isdigit() or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return None
+    try:
+        from torch.distributed import TCPStore
+
+        return TCPStore(addr, int(port), is_master=False, timeout=timedelta(seconds=30),
+                        wait_for_workers=False)
+    except Exception:
+        return None

@@ -1,0 +1,100 @@
+"""What the training process says about each step besides its time: the loss passed to
+``backward()`` and the batch size of the first tensor each DataLoader yields.
+
+Losses are kept detached and read once at the end (no sync per step). When
+``memory.grad_accumulation`` split the batches (``micro_batches > 1``), a step's loss is the
+mean of its micro-batches' losses and its batch size their sum.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchtriage.capture.knob_host import KnobHost
+from torchtriage.results.run import LossPoint
+
+MAX_BATCH_SIZES = 64  # batch sizes kept in the run record
+
+
+class SignalRecorder:
+    """Patches ``Tensor.backward`` and the DataLoader iterator to record losses and batch
+    sizes per step (see the module docstring)."""
+
+    def __init__(self, host: KnobHost) -> None:
+        self.host = host
+        self.losses: list[Any] = []  # detached scalar tensors, one per step
+        self.loss_counts: list[int] = []  # backward calls summed into each step's loss
+        self.batch_sizes: list[int] = []
+        self._loss_this_step = False
+        self._batch_this_step = False
+
+    def new_step(self) -> None:
+        """The next backward / batch belongs to the next step."""
+        self._loss_this_step = self._batch_this_step = False
+
+    def install(self, torch: Any) -> None:
+        self._patch_backward(torch)
+        self._patch_dataloader(torch)
+
+    def _patch_backward(self, torch: Any) -> None:
+        original = torch.Tensor.backward
+        rec = self
+
+        def backward(tensor, *args, **kwargs):
+            if tensor.numel() == 1:
+                if not rec._loss_this_step:
+                    rec.losses.append(tensor.detach())
+                    rec.loss_counts.append(1)
+                    rec._loss_this_step = True
+                elif rec.host.micro_batches > 1:
+                    rec.losses[-1] = rec.losses[-1] + tensor.detach()
+                    rec.loss_counts[-1] += 1
+            return original(tensor, *args, **kwargs)
+
+        torch.Tensor.backward = backward
+
+    def _patch_dataloader(self, torch: Any) -> None:
+        from torch.utils.data import dataloader
+
+        original_next = dataloader._BaseDataLoaderIter.__next__
+        rec = self
+
+        def __next__(it):
+            batch = original_next(it)
+            if not rec._batch_this_step or rec.host.micro_batches > 1:
+                size = _batch_size(batch, torch)
+                if size is not None:
+                    if rec._batch_this_step:
+                        rec.batch_sizes[-1] += size
+                    else:
+                        rec.batch_sizes.append(size)
+                    rec._batch_this_step = True
+            return batch
+
+        dataloader._BaseDataLoaderIter.__next__ = __next__
+
+    def loss_points(self) -> list[LossPoint]:
+        """Each step's loss (the mean over its micro-batches), read now."""
+        points = []
+        for step, (loss, count) in enumerate(zip(self.losses, self.loss_counts, strict=True)):
+            try:
+                points.append(LossPoint(step, float(loss) / count))
+            except Exception:  # a tensor on a device that is gone
+                continue
+        return points
+
+
+def _batch_size(batch: Any, torch: Any) -> int | None:
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else None
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            size = _batch_size(item, torch)
+            if size is not None:
+                return size
+    if isinstance(batch, dict):
+        for item in batch.values():
+            size = _batch_size(item, torch)
+            if size is not None:
+                return size
+    return None

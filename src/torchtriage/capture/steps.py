@@ -1,0 +1,79 @@
+"""Where training steps end, seen from inside the training process.
+
+Steps are optimizer steps, seen through ``register_optimizer_step_post_hook``. With several
+optimizers, the first repeat of an optimizer closes an iteration; after that the cycle is known
+and each iteration closes after its last optimizer. Gradient accumulation is one step per
+optimizer step, which is what it is. A script that calls :func:`torchtriage.step` marks its own
+steps and the optimizer hooks are ignored from then on.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+class StepDetector:
+    """Learns the optimizer cycle and says which optimizer steps close a training step."""
+
+    def __init__(self) -> None:
+        self.manual = False  # torchtriage.step() was called: the script marks its steps
+        self._cycle: list[int] = []  # ids of optimizers in one iteration, once known
+        self._seen: list[int] = []  # optimizers stepped in the current iteration
+
+    def optimizer_stepped(self, optimizer: object) -> int:
+        """How many training steps this optimizer step closes (0, 1, or 2 when the cycle
+        becomes known on it)."""
+        if self.manual:
+            return 0
+        key = id(optimizer)
+        closed = 0
+        if not self._cycle:
+            if key not in self._seen:
+                self._seen.append(key)
+                return 0
+            # The first optimizer came round again: the previous iteration ended with the
+            # optimizer before this one (closed now, one forward/backward late, in a step that
+            # is never analysed), and the cycle is known from here on.
+            self._cycle, self._seen = list(self._seen), []
+            closed += 1
+        if key == self._cycle[-1]:
+            closed += 1
+        return closed
+
+    @property
+    def description(self) -> str:
+        """How steps were detected (the run record's ``step_detection``)."""
+        if self.manual:
+            return "torchtriage.step()"
+        return f"optimizer.step ({max(len(self._cycle), 1)} optimizer(s) per step)"
+
+
+class StepClock:
+    """Host clock at each step's end, from the bootstrap's start."""
+
+    def __init__(self, timing_warmup: int = 0) -> None:
+        self.started = time.perf_counter()
+        self.ends: list[float] = []
+        self.warmup = timing_warmup  # steps before the measured window (timing mode)
+
+    @property
+    def steps(self) -> int:
+        return len(self.ends)
+
+    def tick(self) -> None:
+        self.ends.append(time.perf_counter())
+
+    def host_step_ms(self) -> list[float]:
+        """Step i+1's end minus step i's, in milliseconds."""
+        return [round((b - a) * 1e3, 3) for a, b in zip(self.ends, self.ends[1:], strict=False)]
+
+    def first_step_s(self) -> float | None:
+        """Seconds from the bootstrap's start (before the script's imports) to the first
+        step's end: start-up cost such as compilation."""
+        return round(self.ends[0] - self.started, 4) if self.ends else None
+
+    def warmup_end_s(self) -> float | None:
+        """Seconds from the bootstrap's start to the end of the warm-up."""
+        if 0 < self.warmup <= len(self.ends):
+            return round(self.ends[self.warmup - 1] - self.started, 4)
+        return None

@@ -1,0 +1,135 @@
+"""The process boundary of ``torchtriage run``, typed: what goes into the training process
+(:class:`RunConfig`, JSON in the ``TORCHTRIAGE_RUN`` environment variable) and what comes back
+(:class:`RunRecord`, ``run.rank<N>.json`` or ``run.json``, schema ``torchtriage.run/1``), with
+the knob outcomes it carries and the profiler schedule shared by every profiling path."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from torchtriage.document import JsonDocument
+
+SCHEMA = "torchtriage.run/1"
+CONFIG_SCHEMA = "torchtriage.run-config/1"
+RunMode = Literal["profile", "time"]
+
+
+class Schedule(msgspec.Struct, kw_only=True, frozen=True):
+    """The profiler schedule: ``wait`` steps unprofiled, then ``warmup`` + ``active`` steps
+    recorded. The one place its default (1/2/5) is written down."""
+
+    wait: int = 1
+    warmup: int = 2
+    active: int = 5
+
+    @property
+    def steps(self) -> int:
+        """Steps up to the last recorded one (the schedule's whole length)."""
+        return self.wait + self.warmup + self.active
+
+
+class RunConfig(JsonDocument, msgspec.Struct, kw_only=True):
+    """What the parent tells the bootstrap (``TORCHTRIAGE_RUN``)."""
+
+    schema: str = CONFIG_SCHEMA
+    out: str  # the run directory (absolute once the runner resolved it)
+    knobs: dict[str, Any] = {}
+    max_steps: int | None = None  # stop the script cleanly after this many steps
+    skip: int = 0  # steps before profiling starts
+    device_memory: int | None = None  # capacity for the memory rule, bytes
+    mode: RunMode = "profile"  # "time": no profiler, step times only (A/B trials)
+    timing_warmup: int = 0  # timing mode: steps before the measured window
+    schedule: Schedule = msgspec.field(default_factory=Schedule)
+
+
+class KnobOutcome(msgspec.Struct, kw_only=True):
+    """What one knob did in a run (merged over ranks and trials by the readers)."""
+
+    value: Any
+    applied: bool
+    detail: str
+    count: int = 0  # times the knob's hook ran
+    where: list[str] = []  # the user's ``file:line`` calls it changed (for the fix patch)
+
+
+class StepTime(msgspec.Struct):
+    step: int
+    user_ms: float
+
+
+class ProfilerStepTime(msgspec.Struct):
+    step: int
+    ms: float
+
+
+class LossPoint(msgspec.Struct):
+    step: int
+    loss: float
+
+
+class RunRecord(JsonDocument, msgspec.Struct, kw_only=True):
+    """One process's run record. The profiling session writes the first block; the zero-code
+    bootstrap adds the second (both optional: a record may come from either alone)."""
+
+    schema: str = SCHEMA
+    # --- the profiling session (torchtriage.profile and profile mode)
+    created: str | None = None
+    argv: list[str] = []
+    python: str | None = None
+    torch: str | None = None
+    host: str | None = None
+    schedule: Schedule | None = None
+    record_shapes: bool | None = None
+    profile_memory: bool | None = None
+    device_memory: int | None = None
+    steps_run: int | None = None
+    step_ms: list[StepTime] = []
+    profiler_step_ms: list[ProfilerStepTime] = []
+    trace: str | None = None  # the trace file's name, in the same directory
+    oom: bool = False
+    error: str | None = None
+    # --- the bootstrap (torchtriage run, A/B trials)
+    rank: int = 0
+    world_size: int = 1
+    steps_detected: int = 0
+    step_detection: str | None = None
+    host_step_ms: list[float] = []  # step i+1's end minus step i's, host clock
+    losses: list[LossPoint] = []
+    batch_sizes: list[int] = []
+    knobs: dict[str, KnobOutcome] = {}
+    mode: RunMode | None = None
+    first_step_s: float | None = None  # bootstrap start to the first step's end
+    warmup_end_s: float | None = None  # bootstrap start to the warm-up's end (timing mode)
+    compile: dict[str, Any] | None = None  # what torch.compile did
+    machine: dict[str, Any] | None = None  # machine samples (CPU, memory) while it ran
+    exit_exception: str | None = None  # how the script failed, when it did
+
+    @property
+    def loss_values(self) -> list[float]:
+        return [x.loss for x in self.losses]
+
+
+def decode_record(data: bytes | str) -> RunRecord:
+    return msgspec.json.decode(data, type=RunRecord)
+
+
+def decode_config(data: bytes | str) -> RunConfig:
+    return msgspec.json.decode(data, type=RunConfig)
+
+
+def merge_knob_outcomes(logs: list[dict[str, KnobOutcome]]) -> dict[str, KnobOutcome]:
+    """Knob outcomes merged over runs (ranks, trials): applied anywhere counts as applied, with
+    that outcome's detail; the call sites each changed (``where``) are united."""
+    merged: dict[str, KnobOutcome] = {}
+    for log in logs:
+        for knob, entry in log.items():
+            have = merged.get(knob)
+            if have is None or (entry.applied and not have.applied):
+                have = merged[knob] = msgspec.structs.replace(
+                    entry, where=list(have.where) if have else [])
+            for site in entry.where:
+                if site not in have.where:
+                    have.where.append(site)
+    return merged

@@ -1,0 +1,17 @@
+"""How each A/B trial runs and what counts as an effect: one value shared by ``torchtriage ab``
+and the fix loop instead of a list of keywords."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchtriage.verify import policy
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    trials: int = 5  # processes per arm (the most, when the A/B is adaptive)
+    warmup: int = 3  # steps before the measured window
+    steps: int = 10  # measured steps per trial
+    timeout: float | None = None  # seconds per trial; a trial past it is recorded as timeout
+    min_effect: float = policy.MIN_EFFECT.value  # the smallest speedup that counts
