@@ -369,21 +369,10 @@ class AutoRun:
         }
 
 
-_NOT_REACHED = {
-    "dataloader.": "no DataLoader was built",
-    "memory.grad_accumulation": "no DataLoader was built (its batches are what it splits)",
-    "optimizer.": "no torch.optim optimizer was built",
-    "ddp.": "no DistributedDataParallel module was built",
-    "h2d.": "no pinned CPU tensor was copied to the GPU",
-    "amp.": "no module with parameters was called twice",
-    "compile.": "no module with parameters was called twice",
-    "memory.activation_checkpointing": "no module with parameters was called",
-}
-
-
 def _not_reached(knob: str) -> str:
-    return next((why for prefix, why in _NOT_REACHED.items() if knob.startswith(prefix)),
-                "nothing it changes was reached")
+    from torchtriage.diagnosis.knobs import not_reached
+
+    return not_reached(knob)
 
 
 def _synchronize_device() -> None:
