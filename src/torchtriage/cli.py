@@ -17,7 +17,6 @@ import msgspec
 import typer
 from rich.console import Console
 
-from torchtriage.capture.knobs import KNOBS, parse_knobs
 from torchtriage.capture.runner import (
     describe_failure,
     python_command,
@@ -27,6 +26,7 @@ from torchtriage.capture.runner import (
 from torchtriage.capture.session import profile
 from torchtriage.demo import DEMO_EXAMPLE, DEMO_STEPS, load_example
 from torchtriage.diagnosis.job import JobDiagnosis
+from torchtriage.diagnosis.knobs import KNOBS, parse_knobs
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.diagnosis.traces import (
     DiagnoseOptions,
@@ -474,7 +474,7 @@ def show(
 @app.command()
 def knobs() -> None:
     """List the knobs `run --knob` accepts."""
-    for k in KNOBS.values():
+    for k in KNOBS:
         values = "|".join(k.choices) if k.choices else k.kind
         typer.echo(f"{k.id}={values}  {k.help}")
 

@@ -1,28 +1,51 @@
-"""Apply knobs inside the profiled process (see :mod:`torchtriage.capture.knobs`).
+"""Apply knobs inside the profiled process (the knobs are declared in
+:mod:`torchtriage.diagnosis.knobs`).
 
-Each function patches one place of torch, records through ``run.note`` whether the knob took
-effect (and where), and leaves everything else as the script wrote it.
+Each installer patches one site of torch (:data:`INSTALLERS`, one per
+:data:`~torchtriage.diagnosis.knobs.Site`), records through ``run.note`` whether each knob took
+effect (and where), and leaves everything else as the script wrote it. :func:`apply_global`
+installs the sites that the knobs given name, in the registry's site order.
 """
 
 from __future__ import annotations
 
 import inspect
 import types
+from collections.abc import Callable
 from typing import Any
 
 from torchtriage.capture.knob_host import KnobHost
-
-_DATALOADER_KNOBS = {
-    "dataloader.num_workers": "num_workers",
-    "dataloader.pin_memory": "pin_memory",
-    "dataloader.prefetch_factor": "prefetch_factor",
-    "dataloader.persistent_workers": "persistent_workers",
-}
+from torchtriage.diagnosis import knobs as registry
 
 
 def apply_global(run: KnobHost) -> None:
     import torch
 
+    table = registry.by_id()
+    sites: set[str] = set()
+    for knob_id, value in run.knobs.items():
+        knob = table.get(knob_id)
+        if knob is None:
+            continue
+        if registry.value_in(value, knob.inert):
+            if knob.inert_note is not None:
+                run.note(knob_id, True, knob.inert_note)
+            continue
+        sites.add(knob.site)
+        sites.update(knob.also)
+    for site in registry.SITES:
+        if site in sites:
+            INSTALLERS[site](run, torch)
+
+
+def _site_keywords(run, site: str) -> dict[str, str]:
+    """knob id -> keyword argument, for the given knobs of a site that set one."""
+    table = registry.by_id()
+    return {k: table[k].keyword for k in run.knobs
+            if k in table and table[k].site == site and table[k].keyword}
+
+
+def _install_backend(run, torch) -> None:
     knobs = run.knobs
     if "matmul.tf32" in knobs:
         torch.backends.cuda.matmul.allow_tf32 = knobs["matmul.tf32"]
@@ -35,22 +58,10 @@ def apply_global(run: KnobHost) -> None:
         torch.backends.cudnn.benchmark = knobs["cudnn.benchmark"]
         run.note("cudnn.benchmark", True, "set torch.backends.cudnn.benchmark"
                  + ("" if torch.cuda.is_available() else " (no CUDA device: no effect on CPU)"))
-    accumulate = knobs.get("memory.grad_accumulation", 1)
-    if any(k in knobs for k in _DATALOADER_KNOBS) or accumulate > 1:
-        _patch_dataloader(run, torch)
-    if accumulate > 1:
-        _patch_accumulation(run, torch, accumulate)
-    elif "memory.grad_accumulation" in knobs:
-        run.note("memory.grad_accumulation", True, "1 micro-batch per step: batches unchanged")
-    if "optimizer.fused" in knobs or "optimizer.foreach" in knobs:
-        _patch_optimizer(run, torch)
-    if ("amp.bf16" in knobs or knobs.get("compile.mode", "none") != "none"
-            or knobs.get("memory.activation_checkpointing")):
-        _watch_root_module(run, torch)
-    if knobs.get("h2d.non_blocking"):
-        _patch_to(run, torch)
-    if any(k.startswith("ddp.") for k in knobs) or accumulate > 1:
-        _patch_ddp(run, torch)
+
+
+def _install_micro_batches(run, torch) -> None:
+    _patch_accumulation(run, torch, run.knobs["memory.grad_accumulation"])
 
 
 def _library_dirs() -> tuple[str, ...]:
@@ -80,7 +91,8 @@ def _patch_dataloader(run: KnobHost, torch) -> None:
     from torch.utils.data import DataLoader
 
     original = DataLoader.__init__
-    wanted = {arg: run.knobs[k] for k, arg in _DATALOADER_KNOBS.items() if k in run.knobs}
+    keywords = _site_keywords(run, "dataloader")
+    wanted = {arg: run.knobs[k] for k, arg in keywords.items()}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         bound = inspect.signature(original).bind_partial(self, *args, **kwargs).arguments
@@ -91,9 +103,7 @@ def _patch_dataloader(run: KnobHost, torch) -> None:
         if run.knobs.get("memory.grad_accumulation", 1) > 1:
             _split_batches(run, bound, where)
         workers = bound.get("num_workers", 0) or 0
-        for knob, arg in _DATALOADER_KNOBS.items():
-            if knob not in run.knobs:
-                continue
+        for knob, arg in keywords.items():
             if arg in ("prefetch_factor", "persistent_workers") and workers == 0:
                 bound[arg] = None if arg == "prefetch_factor" else False
                 run.note(knob, False, f"DataLoader at {where} has num_workers=0, where {arg} "
@@ -315,17 +325,14 @@ def _patch_ddp(run: KnobHost, torch) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     original = DistributedDataParallel.__init__
-    arguments = {"ddp.bucket_cap_mb": "bucket_cap_mb",
-                 "ddp.gradient_as_bucket_view": "gradient_as_bucket_view",
-                 "ddp.static_graph": "static_graph"}
+    arguments = _site_keywords(run, "ddp")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         where = _where()
         for knob, arg in arguments.items():
-            if knob in run.knobs:
-                kwargs[arg] = run.knobs[knob]
-                run.note(knob, True, f"DistributedDataParallel({arg}={run.knobs[knob]!r}) at "
-                         f"{where}", where)
+            kwargs[arg] = run.knobs[knob]
+            run.note(knob, True, f"DistributedDataParallel({arg}={run.knobs[knob]!r}) at "
+                     f"{where}", where)
         original(self, *args, **kwargs)
         if run.knobs.get("memory.grad_accumulation", 1) > 1:
             _sync_last_micro_batch(run, self)
@@ -404,3 +411,15 @@ def _checkpoint_sequential(run: KnobHost, torch, root) -> None:
     run.note("memory.activation_checkpointing", True,
              f"{type(stack).__name__} of {len(stack)} layers checkpointed in {segments} "
              "segments, from the second call")
+
+
+# one installer per site, run in the registry's site order
+INSTALLERS: dict[str, Callable[[Any, Any], None]] = {
+    "backend": _install_backend,
+    "dataloader": _patch_dataloader,
+    "micro_batches": _install_micro_batches,
+    "optimizer": _patch_optimizer,
+    "root_module": _watch_root_module,
+    "h2d_copy": _patch_to,
+    "ddp": _patch_ddp,
+}

@@ -7,24 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from torchtriage.diagnosis.knobs import not_reached
 from torchtriage.results.run import KnobOutcome
-
-# Why a knob that never ran was not reached, by knob prefix.
-_NOT_REACHED = {
-    "dataloader.": "no DataLoader was built",
-    "memory.grad_accumulation": "no DataLoader was built (its batches are what it splits)",
-    "optimizer.": "no torch.optim optimizer was built",
-    "ddp.": "no DistributedDataParallel module was built",
-    "h2d.": "no pinned CPU tensor was copied to the GPU",
-    "amp.": "no module with parameters was called twice",
-    "compile.": "no module with parameters was called twice",
-    "memory.activation_checkpointing": "no module with parameters was called",
-}
-
-
-def _not_reached(knob: str) -> str:
-    return next((why for prefix, why in _NOT_REACHED.items() if knob.startswith(prefix)),
-                "nothing it changes was reached")
 
 
 def _always_sync() -> bool:
@@ -63,5 +47,5 @@ class KnobHost:
         for knob, value in self.knobs.items():
             if knob not in out:
                 out[knob] = KnobOutcome(value=value, applied=False,
-                                        detail=f"not reached: {_not_reached(knob)}")
+                                        detail=f"not reached: {not_reached(knob)}")
         return out

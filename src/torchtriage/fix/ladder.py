@@ -1,8 +1,9 @@
 """The memory ladder: when the job runs out of memory or is near capacity, find the cheapest
 rung that fits.
 
-Rungs in cost order (the catalog's memory prescriptions): gradient accumulation (2, then 4
-micro-batches per batch), activation checkpointing, bf16, FSDP/ZeRO. Each injectable rung is
+Rungs in cost order (the catalog's memory prescriptions, with the settings that the knob
+registry's ``rungs`` give them): gradient accumulation (2, then 4 micro-batches per batch),
+activation checkpointing, bf16, FSDP/ZeRO (a code change). Each injectable rung is
 profiled on top of the fixes kept so far; it *fits* when the run does not run out of memory and
 the diagnosis no longer names `memory` (its peak is under ``memory_near_capacity``), and its
 losses pass parity with the original run. The first rung that fits is kept and the ladder stops
@@ -16,18 +17,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from torchtriage.diagnosis.catalog import CATALOG
+from torchtriage.diagnosis import knobs as registry
+from torchtriage.diagnosis.catalog import CATALOG, remedies_for
 from torchtriage.results.fix import Attempt, FixStep
 from torchtriage.verify.parity import check_parity
 
-# rung -> the knob settings that inject it, tried in order (None: a code change)
-RUNGS: tuple[tuple[str, tuple[dict[str, Any], ...] | None], ...] = (
-    ("memory.grad_accumulation", ({"memory.grad_accumulation": 2},
-                                  {"memory.grad_accumulation": 4})),
-    ("memory.activation_checkpointing", ({"memory.activation_checkpointing": True},)),
-    ("memory.bf16", ({"amp.bf16": True},)),
-    ("memory.fsdp", None),
-)
+
+def rungs() -> tuple[tuple[str, tuple[dict[str, Any], ...] | None], ...]:
+    """The ladder, from the knob registry: the catalog's memory prescriptions in cost order that
+    a knob's rung injects (-> the knob settings, tried in order) or that need a code change
+    (-> None)."""
+    injected = registry.rungs()
+    out: list[tuple[str, tuple[dict[str, Any], ...] | None]] = []
+    for remedy in remedies_for("memory"):
+        if remedy.id in injected:
+            knob, rung = injected[remedy.id]
+            out.append((remedy.id, tuple({knob.id: v} for v in rung.values)))
+        elif remedy.id in registry.CODE_CHANGES:
+            out.append((remedy.id, None))
+    return tuple(out)
+
+
 Profile = Callable[[dict[str, Any], str],
                    tuple[Any, list[float], bool, dict[str, dict[str, Any]]]]
 _CODE = {r.id: r.code for r in CATALOG}
@@ -51,7 +61,7 @@ def climb(profile: Profile, kept: dict[str, Any], round_no: int, before,
     """
     steps = []
     peak_before = peak_fraction(before)
-    for rung, settings in RUNGS:
+    for rung, settings in rungs():
         if settings is None:
             steps.append(FixStep(round=round_no, layer="memory", prescription=rung, knob=None,
                                  result="not_injectable",

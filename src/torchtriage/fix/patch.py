@@ -1,11 +1,12 @@
 """Make kept fixes permanent: a patch for the user's source where a knob is one argument or one
 statement, and the exact lines to add where it is not.
 
-Knobs record the ``file:line`` of the call they changed (``DataLoader(...)``, the optimizer's
+Each knob's recipe comes from the knob registry (:mod:`torchtriage.diagnosis.knobs`). ``call``
+knobs record the ``file:line`` of the call they changed (``DataLoader(...)``, the optimizer's
 constructor, ``DistributedDataParallel(...)``); the call is found again with :mod:`ast` and its
-keyword argument set or added. Backend flags become statements after the entry script's last
-top-level import. Everything else (autocast, torch.compile, checkpointing, comm hooks) is a
-change of structure that a patch would guess at, so it is given as instructions.
+keyword argument set or added. ``statements`` (backend flags) go after the entry script's last
+top-level import. ``by_hand`` knobs (autocast, torch.compile, checkpointing, comm hooks) are a
+change of structure that a patch would guess at, so they are given as instructions.
 """
 
 from __future__ import annotations
@@ -17,43 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchtriage.diagnosis import knobs as registry
 from torchtriage.results.run import KnobOutcome
-
-# knob -> (keyword argument, callee names it belongs to; None: the optimizer class in `detail`)
-CALL_KNOBS: dict[str, tuple[str, tuple[str, ...] | None]] = {
-    "dataloader.num_workers": ("num_workers", ("DataLoader",)),
-    "dataloader.pin_memory": ("pin_memory", ("DataLoader",)),
-    "dataloader.prefetch_factor": ("prefetch_factor", ("DataLoader",)),
-    "dataloader.persistent_workers": ("persistent_workers", ("DataLoader",)),
-    "optimizer.fused": ("fused", None),
-    "optimizer.foreach": ("foreach", None),
-    "ddp.bucket_cap_mb": ("bucket_cap_mb", ("DistributedDataParallel", "DDP")),
-    "ddp.static_graph": ("static_graph", ("DistributedDataParallel", "DDP")),
-    "ddp.gradient_as_bucket_view": ("gradient_as_bucket_view",
-                                    ("DistributedDataParallel", "DDP")),
-}
-STATEMENT_KNOBS: dict[str, list[str]] = {
-    "matmul.tf32": ["torch.backends.cuda.matmul.allow_tf32 = {v}",
-                    "torch.backends.cudnn.allow_tf32 = {v}"],
-    "cudnn.benchmark": ["torch.backends.cudnn.benchmark = {v}"],
-}
-INSTRUCTIONS: dict[str, str] = {
-    "amp.bf16": "run the forward pass and the loss under bf16 autocast: "
-                "`with torch.autocast(device_type=device.type, dtype=torch.bfloat16): "
-                "loss = loss_fn(model(x), y)`",
-    "compile.mode": "compile the model once it is built: `model = torch.compile(model{mode})`",
-    "memory.activation_checkpointing": "run each repeated block under "
-                                       "`torch.utils.checkpoint.checkpoint(block, x, "
-                                       "use_reentrant=False)`",
-    "memory.grad_accumulation": "divide the DataLoader's batch_size by {value} and accumulate: "
-                                "call `(loss / {value}).backward()` every micro-batch, "
-                                "`optimizer.step()` and `optimizer.zero_grad()` every {value}-th "
-                                "(under DDP, backward in `with model.no_sync():` for the others)",
-    "h2d.non_blocking": "copy pinned batches with `.to(device, non_blocking=True)`",
-    "ddp.comm_hook": "after wrapping in DDP: `from torch.distributed.algorithms.ddp_comm_hooks "
-                     "import default_hooks; ddp_model.register_comm_hook(None, "
-                     "default_hooks.{value}_compress_hook)`",
-}
 
 
 @dataclass
@@ -70,10 +36,13 @@ def make_patch(kept: dict[str, Any], outcomes: dict[str, KnobOutcome],
     edits: dict[Path, list[tuple[int, str, Any, tuple[str, ...] | None, str]]] = {}
     patch = Patch()
     statements: list[str] = []
+    table = registry.by_id()
     for knob, value in kept.items():
         outcome = outcomes.get(knob)
-        if knob in CALL_KNOBS:
-            keyword, callees = CALL_KNOBS[knob]
+        recipe = table[knob].recipe if knob in table else None
+        if recipe is not None and recipe.how == "call":
+            keyword = table[knob].keyword
+            callees = recipe.callees or None
             if callees is None:  # the optimizer class named in the detail, "SGD(fused=True)..."
                 callees = ((outcome.detail if outcome else "").split("(", 1)[0],)
             sites = outcome.where if outcome else []
@@ -84,11 +53,11 @@ def make_patch(kept: dict[str, Any], outcomes: dict[str, KnobOutcome],
                 path, _, line = site.rpartition(":")
                 edits.setdefault(Path(path), []).append((int(line), keyword, value, callees,
                                                          knob))
-        elif knob in STATEMENT_KNOBS:
-            statements.extend(s.format(v=value) for s in STATEMENT_KNOBS[knob])
-        elif knob in INSTRUCTIONS:
+        elif recipe is not None and recipe.how == "statements":
+            statements.extend(s.format(v=value) for s in recipe.lines)
+        elif recipe is not None:
             mode = "" if value in ("default", True) else f", mode={value!r}"
-            patch.instructions.append(f"{knob}={value!r}: " + INSTRUCTIONS[knob].format(
+            patch.instructions.append(f"{knob}={value!r}: " + recipe.lines[0].format(
                 mode=mode, value=value))
         else:
             patch.instructions.append(f"{knob}={value!r}")

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from torchtriage.capture.runner import merge_knob_logs, run_command
+from torchtriage.diagnosis.knobs import warmup_for
 from torchtriage.errors import TorchtriageError
 from torchtriage.results.ab import ABResult, Arm, Startup, Trial
 from torchtriage.results.run import RunConfig, merge_knob_outcomes
@@ -33,7 +34,7 @@ MIN_MEASURED_STEPS = 3
 # first step has no duration of its own: at least two warm-up steps.
 MIN_WARMUP = 2
 NOTABLE_STARTUP_S = 1.0  # extra start-up worth a sentence in the summary
-COMPILE_WARMUP = 5  # compile.mode compiles on the root module's 2nd call; CUDA graphs record later
+COMPILE_WARMUP = warmup_for("compile.mode")  # its registry entry says why
 
 
 ProgressFn = Callable[[str, int, int, Trial | None], None]

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from torchtriage.diagnosis.knobs import Numerics, numerics_of
 from torchtriage.diagnosis.thresholds import Threshold
 from torchtriage.results.ab import Parity, Precision
 from torchtriage.verify import policy
@@ -30,14 +31,18 @@ def _rms(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def precision_of(knobs: Mapping[str, Any]) -> tuple[Precision, Threshold]:
-    """The numerics a set of knobs implies, and the parity tolerance for it."""
-    if knobs.get("amp.bf16") or knobs.get("ddp.comm_hook") in ("bf16", "fp16"):
-        return "low", policy.PARITY_LOW_PRECISION
-    if knobs.get("matmul.tf32"):
-        return "tf32", policy.PARITY_TF32
-    if knobs.get("compile.mode", "none") != "none":
-        return "compiled", policy.PARITY_COMPILED
-    return "fp32", policy.PARITY_FP32
+    """The numerics a set of knobs implies (the loosest the registry gives any of them), and
+    the parity tolerance for it."""
+    return _PRECISION[numerics_of(knobs)]
+
+
+# registry numerics -> (precision, tolerance)
+_PRECISION: dict[Numerics, tuple[Precision, Threshold]] = {
+    "exact": ("fp32", policy.PARITY_FP32),
+    "compiled": ("compiled", policy.PARITY_COMPILED),
+    "tf32": ("tf32", policy.PARITY_TF32),
+    "low": ("low", policy.PARITY_LOW_PRECISION),
+}
 
 
 def check_parity(

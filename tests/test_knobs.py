@@ -1,0 +1,265 @@
+"""The knob registry (diagnosis/knobs.py): every fact of a knob in one declaration, every
+consumer reading it, and a knob added in one place applied, searched, patched and checked."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+from torchtriage.capture import knob_apply
+from torchtriage.diagnosis import knobs as registry
+from torchtriage.diagnosis.catalog import BY_ID, CATALOG
+from torchtriage.errors import TorchtriageError
+from torchtriage.fix import ladder
+from torchtriage.fix.candidates import Context, met, search_for
+from torchtriage.fix.patch import make_patch
+from torchtriage.verify.parity import precision_of
+
+REPO = Path(__file__).resolve().parents[1]
+
+LOADER_SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+loader = DataLoader(data,
+                    batch_size=8)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(3):
+    for x, y in loader:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+"""
+
+
+# (a) the registry and the catalog agree
+
+
+def test_every_prescription_and_rung_a_knob_serves_is_in_the_catalog():
+    for k in registry.KNOBS:
+        for s in k.serves:
+            assert s.prescription in BY_ID, (k.id, s.prescription)
+        for r in k.rungs:
+            assert r.prescription in BY_ID and BY_ID[r.prescription].layer == "memory", r
+    for pid in (*registry.NOT_INJECTED, *registry.CODE_CHANGES):
+        assert pid in BY_ID, pid
+
+
+def test_every_catalog_prescription_is_served_or_never_injected():
+    served = {s.prescription for k in registry.KNOBS for s in k.serves}
+    rungs = set(registry.rungs())
+    never = set(registry.NOT_INJECTED) | set(registry.CODE_CHANGES)
+    for r in CATALOG:
+        covered = (rungs | never) if r.layer == "memory" else (served | never)
+        assert r.id in covered, f"{r.id}: no knob serves it and it is not listed as never " \
+                                "injected"
+        assert not (r.id in served | rungs and r.id in never), r.id
+    # one knob per prescription, and every knob a search or a fallback names exists
+    ids = [s.prescription for k in registry.KNOBS for s in k.serves]
+    assert len(ids) == len(set(ids))
+    for k in registry.KNOBS:
+        for s in k.serves:
+            for other in (*(i for i, _ in s.extra), *([s.fallback] if s.fallback else [])):
+                assert registry.knob(other) is not None, (k.id, other)
+
+
+def test_the_ladder_is_the_memory_prescriptions_in_cost_order():
+    assert ladder.rungs() == (
+        ("memory.grad_accumulation", ({"memory.grad_accumulation": 2},
+                                      {"memory.grad_accumulation": 4})),
+        ("memory.activation_checkpointing", ({"memory.activation_checkpointing": True},)),
+        ("memory.bf16", ({"amp.bf16": True},)),
+        ("memory.fsdp", None),
+    )
+    costs = [BY_ID[p].cost for p, _ in ladder.rungs()]
+    assert costs == sorted(costs)
+
+
+def test_a_prescription_naming_a_missing_knob_fails(monkeypatch):
+    # drop the knob that serves dataloader.pin_memory: the coverage check must notice
+    monkeypatch.setattr(registry, "KNOBS", tuple(k for k in registry.KNOBS
+                                                 if k.id != "dataloader.pin_memory"))
+    with pytest.raises(AssertionError, match=r"dataloader\.pin_memory"):
+        test_every_catalog_prescription_is_served_or_never_injected()
+
+
+# (b) every knob is complete, every site has an installer
+
+
+def _check_complete(k: registry.Knob) -> None:
+    assert k.id and "." in k.id and k.help, k
+    assert k.kind in get_args(registry.Kind), k.id
+    assert k.site in registry.SITES, k.id
+    assert all(s in registry.SITES for s in k.also), k.id
+    assert k.not_reached, k.id
+    assert k.numerics in registry.NUMERICS_ORDER, k.id
+    assert isinstance(k.recipe, registry.Recipe), k.id
+    assert k.recipe.how in get_args(registry.RecipeHow), k.id
+    if k.recipe.how == "call":
+        assert k.keyword, f"{k.id}: a call recipe needs the keyword it sets"
+        assert k.recipe.callees or k.site == "optimizer", k.id
+    else:
+        assert k.recipe.lines and all(k.recipe.lines), k.id
+    if k.kind == "choice":
+        assert k.choices, k.id
+    else:
+        assert not k.choices, k.id
+    if k.kind == "int":
+        assert k.minimum is not None, k.id
+    for s in k.serves:
+        assert s.prescription and (s.values or s.rule), (k.id, s)
+        assert s.needs is None or s.needs in registry.CONDITION_WHY, (k.id, s)
+    for r in k.rungs:
+        assert r.prescription and r.values, (k.id, r)
+
+
+def test_every_knob_has_every_fact():
+    ids = [k.id for k in registry.KNOBS]
+    assert len(ids) == len(set(ids))
+    for k in registry.KNOBS:
+        _check_complete(k)
+
+
+def test_an_incomplete_knob_fails_the_check():
+    good = registry.knob("dataloader.num_workers")
+    for broken in (dataclasses.replace(good, not_reached=""),
+                   dataclasses.replace(good, site="nowhere"),
+                   dataclasses.replace(good, numerics="approximate"),
+                   dataclasses.replace(good, keyword=None),
+                   dataclasses.replace(good, recipe=registry.by_hand(""))):
+        with pytest.raises(AssertionError):
+            _check_complete(broken)
+
+
+def test_every_site_has_an_installer_and_every_condition_a_check():
+    assert set(knob_apply.INSTALLERS) == set(registry.SITES)
+    assert set(registry.CONDITION_WHY) == set(get_args(registry.Condition))
+    ctx = Context(gpu=False, cores=2, kept={})
+    for condition in get_args(registry.Condition):
+        assert met(condition, ctx) is False
+    for rule in get_args(registry.ValueRule):
+        assert registry.search_values(registry.Serves("x", rule=rule), cores=2, nccl=False)
+
+
+def test_today_s_facts_are_kept():
+    ctx = Context(gpu=True, cores=4, kept={})
+    assert search_for("dataloader.num_workers", ctx).values == (2, 4, 8)
+    assert search_for("dataloader.num_workers", Context(False, 1, {})).values == (2, 4)
+    pin = search_for("dataloader.pin_memory", ctx)
+    assert pin.values == (True,) and pin.extra == {"h2d.non_blocking": True}
+    assert search_for("dataloader.pin_memory", Context(False, 1, {})).why_not
+    assert "workers" in search_for("dataloader.prefetch_factor", ctx).why_not
+    assert search_for("dataloader.prefetch_factor",
+                      Context(True, 1, {"dataloader.num_workers": 2})).why_not is None
+    assert search_for("compile.default", ctx).values == ("default", "reduce-overhead",
+                                                         "max-autotune")
+    fused = search_for("optimizer.fused", ctx)
+    assert (fused.knob, fused.fallback.knob) == ("optimizer.fused", "optimizer.foreach")
+    assert search_for("ddp.comm_hook", Context(True, 1, {}, True, True)).values == ("bf16",)
+    assert search_for("ddp.comm_hook", Context(True, 1, {}, True, False)).values == ("fp16",)
+    assert "DistributedDataParallel" in search_for("ddp.bucket_cap", ctx).why_not
+    assert search_for("sync.remove", ctx) is None and search_for("memory.fsdp", ctx) is None
+    assert precision_of({"amp.bf16": True, "matmul.tf32": True})[0] == "low"
+    assert precision_of({"matmul.tf32": True, "compile.mode": "default"})[0] == "tf32"
+    assert precision_of({"compile.mode": "none", "amp.bf16": False})[0] == "fp32"
+    assert precision_of({"ddp.comm_hook": "fp16"})[0] == "low"
+    assert precision_of({"compile.mode": "max-autotune"})[0] == "compiled"
+    assert registry.warmup_for("compile.mode") == 5
+    assert registry.not_reached("dataloader.pin_memory") == "no DataLoader was built"
+    assert registry.not_reached("matmul.tf32") == "nothing it changes was reached"
+    with pytest.raises(TorchtriageError, match="must be >= 1, got 0"):
+        registry.parse_knobs(["memory.grad_accumulation=0"])
+    with pytest.raises(TorchtriageError, match="takes one of none, bf16, fp16"):
+        registry.parse_knobs(["ddp.comm_hook=int8"])
+
+
+# (c) a knob added in one place
+
+
+DROP_LAST = registry.Knob(
+    "dataloader.drop_last", "bool", "DataLoader(drop_last=...)", "dataloader",
+    "no DataLoader was built", registry.call("DataLoader"), keyword="drop_last",
+    numerics="low", exact_for=(False,),  # pretend: so that parity shows it was read
+    serves=(registry.Serves("dataloader.num_workers", (True,)),))
+
+
+class FakeRun:
+    """What knob_apply's installers use of the bootstrap's run object."""
+
+    def __init__(self, knobs):
+        self.knobs = knobs
+        self.notes = []
+        self.micro_batches = 1
+
+    def note(self, knob, applied, detail, where=None):
+        self.notes.append((knob, applied, detail, where))
+
+    def sync_this_backward(self):
+        return True
+
+
+def test_a_knob_declared_once_is_parsed_searched_patched_checked_and_applied(
+        monkeypatch, tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    # it serves dataloader.num_workers in this registry (one knob per prescription)
+    others = tuple(k if k.id != "dataloader.num_workers" else dataclasses.replace(k, serves=())
+                   for k in registry.KNOBS)
+    monkeypatch.setattr(registry, "KNOBS", (*others, DROP_LAST))
+    _check_complete(DROP_LAST)
+    # parsed
+    assert registry.parse_knobs(["dataloader.drop_last=yes"]) == {"dataloader.drop_last": True}
+    # searched
+    search = search_for("dataloader.num_workers", Context(gpu=False, cores=2, kept={}))
+    assert (search.knob, search.values, search.why_not) == ("dataloader.drop_last", (True,),
+                                                            None)
+    # patched, at a recorded call site
+    script = tmp_path / "train.py"
+    script.write_text(LOADER_SCRIPT)
+    where = f"{script}:7"  # inside the two-line DataLoader(...) call
+    patch = make_patch({"dataloader.drop_last": True},
+                       {"dataloader.drop_last": {"value": True, "applied": True, "count": 1,
+                                                 "detail": "...", "where": [where]}},
+                       ["python", "train.py"], tmp_path)
+    assert "+                    batch_size=8, drop_last=True)" in patch.diff, patch.diff
+    assert patch.files == ["train.py"] and not patch.instructions
+    # parity-checked with its numerics
+    assert precision_of({"dataloader.drop_last": True})[0] == "low"
+    assert precision_of({"dataloader.drop_last": False})[0] == "fp32"
+    # applied, in process: the DataLoader installer sets the keyword and notes it
+    monkeypatch.setattr(DataLoader, "__init__", DataLoader.__init__)  # restored afterwards
+    run = FakeRun({"dataloader.drop_last": True})
+    knob_apply.apply_global(run)
+    loader = DataLoader(TensorDataset(torch.zeros(10, 2)), batch_size=4)
+    assert loader.drop_last is True and len(loader) == 2
+    ((knob, applied, detail, at),) = run.notes
+    assert (knob, applied) == ("dataloader.drop_last", True)
+    assert "drop_last=True" in detail and at and at.startswith(__file__)
+
+
+def test_a_registry_knob_is_applied_in_a_real_process(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(LOADER_SCRIPT)
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "torchtriage", "run", "--out", str(out),
+                           "--steps", "4", "--knob", "dataloader.num_workers=1",
+                           "--knob", "memory.grad_accumulation=1", "--",
+                           "python", str(script)],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    knobs = json.loads((out / "run.rank0.json").read_text())["knobs"]
+    workers = knobs["dataloader.num_workers"]
+    assert workers["applied"] and "num_workers=1" in workers["detail"], workers
+    assert workers["where"] in ([f"{script}:6"], [f"{script}:7"])  # the DataLoader call
+    assert knobs["memory.grad_accumulation"]["detail"] == \
+        "1 micro-batch per step: batches unchanged"
