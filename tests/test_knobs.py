@@ -19,6 +19,7 @@ from torchtriage.errors import TorchtriageError
 from torchtriage.fix import ladder
 from torchtriage.fix.candidates import Context, met, search_for
 from torchtriage.fix.patch import make_patch
+from torchtriage.results.run import KnobOutcome
 from torchtriage.verify.parity import precision_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -228,8 +229,8 @@ def test_a_knob_declared_once_is_parsed_searched_patched_checked_and_applied(
     script.write_text(LOADER_SCRIPT)
     where = f"{script}:7"  # inside the two-line DataLoader(...) call
     patch = make_patch({"dataloader.drop_last": True},
-                       {"dataloader.drop_last": {"value": True, "applied": True, "count": 1,
-                                                 "detail": "...", "where": [where]}},
+                       {"dataloader.drop_last": KnobOutcome(value=True, applied=True, count=1,
+                                                            detail="...", where=[where])},
                        ["python", "train.py"], tmp_path)
     assert "+                    batch_size=8, drop_last=True)" in patch.diff, patch.diff
     assert patch.files == ["train.py"] and not patch.instructions
