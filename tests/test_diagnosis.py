@@ -184,3 +184,30 @@ def test_scalar_reads_of_cpu_tensors_are_host_work_not_syncs(tmp_path):
     assert "host.cpu_scalar_reads" in {f.id for f in d.findings}
     syncs = next(f for f in d.findings if f.id == "host.syncs")
     assert "aten::item 1" in syncs.message and "64" not in syncs.message
+
+
+def test_out_of_memory_without_a_trace_reads_the_error():
+    from torchtriage.diagnosis.diagnose import diagnose_out_of_memory
+    from torchtriage.diagnosis.oom import parse_oom_message
+    from torchtriage.diagnosis.result import OutOfMemory
+
+    message = ("CUDA out of memory. Tried to allocate 512.00 MiB. GPU 3 has a total capacity of "
+               "79.10 GiB of which 300.00 MiB is free. Including non-PyTorch memory, this "
+               "process has 78.80 GiB memory in use. Of the allocated memory 40.00 GiB is "
+               "allocated by PyTorch, and 30.00 GiB is reserved by PyTorch but unallocated.")
+    figures = parse_oom_message(message)
+    assert figures == {"requested_bytes": 512 * 2**20, "capacity_bytes": int(79.10 * 2**30),
+                       "free_bytes": 300 * 2**20, "allocated_bytes": 40 * 2**30,
+                       "reserved_unallocated_bytes": 30 * 2**30, "device": "cuda:3"}
+    d = diagnose_out_of_memory(OutOfMemory(message=message, step=2, **figures))
+    assert d.primary == "memory" and d.trace.mode == "gpu" and d.trace.events == 0
+    # 30 of 70 GiB reserved sat idle: fragmentation, so expandable segments comes first
+    assert [p.id for p in d.prescriptions][:2] == ["memory.expandable_segments",
+                                                   "memory.grad_accumulation"]
+    assert {"memory.oom", "memory.fragmentation"} <= {f.id for f in d.findings}
+    assert "on step 2" in d.summary
+    # a CPU job's own error carries no figures: still memory, no GPU-only prescription
+    cpu = diagnose_out_of_memory(OutOfMemory(message="DefaultCPUAllocator: can't allocate "
+                                             "memory", step=1), device_memory=2**30)
+    assert cpu.primary == "memory" and cpu.trace.mode == "cpu"
+    assert "memory.expandable_segments" not in [p.id for p in cpu.prescriptions]

@@ -120,6 +120,25 @@ def test_memory_ladder_splits_dataloader_batches_before_anything_dearer(tmp_path
     assert any("batch_size" in line and "accumulate" in line for line in result["instructions"])
 
 
+def test_an_original_that_runs_out_of_memory_starts_the_ladder(tmp_path):
+    """Out of memory on step 2, before any profile: the ladder's starting point, not an
+    error. Half the batch fits, so the cheapest rung completes with loss parity."""
+    proc, result, _ = fix(tmp_path, "--budget", "45s", "--", "python",
+                          str(SCRIPTS / "oom_loader.py"), "--at", "2")
+    assert proc.returncode == 0, proc.stderr
+    first = result["rounds"][0]
+    assert first["primary"] == "memory" and result["original_out_of_memory"]["step"] == 2
+    rung = next(s for s in result["steps"] if s["layer"] == "memory")
+    assert (rung["prescription"], rung["result"], rung["kept_value"]) == (
+        "memory.grad_accumulation", "kept", 2), rung
+    assert rung["attempts"][0]["parity"] == "pass"
+    assert result["kept"][0] == {"knob": "memory.grad_accumulation", "value": 2}
+    assert result["final_steps_per_s"] > 0
+    assert result["summary"].startswith("the original ran out of memory on step 2; with "
+                                        "memory.grad_accumulation=2 it completes")
+    assert (tmp_path / "fix" / "profiles" / "0-original" / "diagnosis.json").is_file()
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--budget", "soon", "--", "python", TINY], "--budget takes a duration"),
     (["--budget", "-5m", "--", "python", TINY], "--budget must be positive"),

@@ -136,6 +136,30 @@ def test_out_of_memory_is_diagnosed_as_memory(tmp_path):
     assert json.loads((out / "diagnosis.json").read_text())["primary"] == "memory"
 
 
+@pytest.mark.parametrize("at", [2, 1])
+def test_out_of_memory_before_the_window_is_still_a_memory_diagnosis(tmp_path, at):
+    """Step 2 (the optimizer state exists now) or the very first step: no trace, but the
+    error is the evidence."""
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "oom_loader.py"), "--at", str(at))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"torchtriage: error: the command ran out of memory on step {at}; the memory "
+        f"diagnosis is in {out / 'diagnosis.json'}")
+    assert not list(out.glob("*.pt.trace.json*"))
+    d = json.loads((out / "diagnosis.json").read_text())
+    assert d["primary"] == "memory" and d["confidence"] == "high"
+    oom = d["out_of_memory"]
+    assert oom["step"] == at and oom["device"] == "cuda:0"
+    assert oom["requested_bytes"] == 2 * 2**30 and oom["reserved_unallocated_bytes"] > 0
+    ids = [p["id"] for p in d["prescriptions"]]
+    # 11.9 of 77.2 GiB reserved sat idle (15 %, under memory_fragmentation): no expandable
+    # segments; the ladder in cost order
+    assert ids == ["memory.grad_accumulation", "memory.activation_checkpointing",
+                   "memory.bf16", "memory.fsdp"]
+    assert {"memory.oom"} <= {f["id"] for f in d["findings"]}
+    assert record(out)["oom"] and "Bottleneck: memory" in proc.stdout
+
+
 def test_early_exit_says_no_step_was_detected(tmp_path):
     proc, _ = run(tmp_path, "--", "python", str(SCRIPTS / "two_optimizers.py"), "early")
     assert proc.returncode == 1

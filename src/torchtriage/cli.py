@@ -35,7 +35,7 @@ from torchtriage.diagnosis.traces import (
     diagnose_traces_with_detail,
     trace_details,
 )
-from torchtriage.errors import TorchtriageError
+from torchtriage.errors import TorchtriageError, TraceError
 from torchtriage.fix.loop import FixSettings, run_fix
 from torchtriage.report.html import diagnosis_page, write_page
 from torchtriage.report.markdown import ab_markdown, comparison_markdown, diagnosis_markdown
@@ -140,11 +140,24 @@ def report(
             _write_page(html_out or run_dir / "report.html", _result_page(run_dir / name),
                         quiet=False)
             return
-    doc, details = diagnose_traces_with_detail(
-        run_dir, DiagnoseOptions(device_memory=_capacity(device_memory)))
+    try:
+        doc, details = diagnose_traces_with_detail(
+            run_dir, DiagnoseOptions(device_memory=_capacity(device_memory)))
+    except TraceError:
+        saved = run_dir / "diagnosis.json"  # a run that ran out of memory before any trace
+        if not saved.is_file():
+            raise
+        doc, details = _read_diagnosis(saved), None
     target = html_out or (run_dir / "report.html" if run_dir.is_dir() else
                           run_dir.with_suffix("").with_suffix(".html"))
     _write_html(target, run_dir, doc, details, quiet=False)
+
+
+def _read_diagnosis(path: Path) -> Diagnosis | JobDiagnosis:
+    doc = read_document(path.read_bytes(), str(path))
+    if not isinstance(doc, (Diagnosis, JobDiagnosis)):
+        raise TorchtriageError(f"{path}: a {doc.schema} document, not a diagnosis")
+    return doc
 
 
 def _capacity(device_memory: str | None) -> int | None:
@@ -236,8 +249,7 @@ def run_script(
     config = RunConfig(out=str(out), knobs=knobs, max_steps=steps, skip=skip,
                        device_memory=capacity)
     result = run_command(command, config, timeout=timeout, quiet_output=json_out)
-    if result.traces:
-        write_diagnosis(result, capacity, top)
+    write_diagnosis(result, capacity, top)  # an out-of-memory error without a trace too
     doc = result.diagnosis
     if html_out is not None and doc is not None:
         _write_html(html_out, out, doc, trace_details(result.traces), quiet=json_out)

@@ -34,8 +34,10 @@ from pathlib import Path
 
 from torchtriage.capture import gather
 from torchtriage.capture.knob_host import KnobHost
+from torchtriage.capture.oom import MemoryWatch
 from torchtriage.capture.profiling import ProfilingWindow
 from torchtriage.capture.record import record_fields
+from torchtriage.capture.session import is_out_of_memory
 from torchtriage.capture.signals import SignalRecorder
 from torchtriage.capture.steps import StepClock, StepDetector
 from torchtriage.results.run import RunConfig, RunRecord, decode_config
@@ -80,6 +82,7 @@ class AutoRun:
         self.signals = SignalRecorder(self.host)
         self.profiling = ProfilingWindow(self.out, self.rank, config.schedule, config.skip,
                                          config.device_memory)
+        self.memory = MemoryWatch()
         self.finished = False
         self._lock = threading.Lock()
         self._exception: BaseException | None = None
@@ -109,6 +112,7 @@ class AutoRun:
     # --- steps ----------------------------------------------------------------------------
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        self.memory.optimizer_stepped()
         if not self.finished and not self.timing:
             self.profiling.start_sampling()
         # The next backward / batch belongs to the next iteration, even before the boundary of
@@ -160,6 +164,8 @@ class AutoRun:
         extra["machine"] = self.profiling.stop_sampling()
         failed = exc is not None and not (isinstance(exc, SystemExit) and not exc.code)
         extra["exit_exception"] = f"{type(exc).__name__}: {exc}" if failed else None
+        oom = failed and is_out_of_memory(exc)
+        extra["out_of_memory"] = self.memory.report(exc) if oom else None
         device_memory = self.config.device_memory
         if session is not None:
             session.extra_record.update(extra)
@@ -170,22 +176,21 @@ class AutoRun:
             world_size = extra["world_size"]
             if world_size > 1 and gather.share_over_store(
                     self.out, self.rank, world_size, session.trace_path, device_memory,
-                    extra["machine"]):
+                    extra["machine"], extra["out_of_memory"]):
                 return
             if self.rank == 0:
                 gather.write_job_diagnosis(self.out, world_size, device_memory)
-        elif self.clock.steps:
+        elif self.clock.steps or oom:
+            # An out-of-memory error before the window (on step 2, say) is a finding too: the
+            # record carries what the error said, and the parent diagnoses it.
             self.out.mkdir(parents=True, exist_ok=True)
-            error = (None if self.timing else
+            error = (None if self.timing or oom else
                      f"{self.clock.steps} step(s) ran, fewer than --skip {self.config.skip}")
-            from torchtriage.capture.session import is_out_of_memory
-
-            record = RunRecord(argv=list(sys.argv), trace=None, error=error,
-                               oom=failed and is_out_of_memory(exc), **extra)
+            record = RunRecord(argv=list(sys.argv), trace=None, error=error, oom=oom, **extra)
             (self.out / f"run.rank{self.rank}.json").write_text(record.to_json())
-        # A process that never trained (a launcher such as torchrun's agent, a helper
-        # process) writes nothing: it must not overwrite the record of the rank it shares a
-        # number with.
+        # A process that never trained and never ran out of memory (a launcher such as
+        # torchrun's agent, a helper process) writes nothing: it must not overwrite the record
+        # of the rank it shares a number with.
 
 
 def _synchronize_device() -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 
+from torchtriage.diagnosis.diagnose import diagnose_out_of_memory
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.diagnosis.traces import DiagnoseOptions, diagnose_traces
@@ -154,8 +155,17 @@ def _trace_files(out: Path) -> list[Path]:
 
 def write_diagnosis(result: RunResult, device_memory: int | None, top: int = 10) -> None:
     """Fill ``result.diagnosis``: read ``DIR/diagnosis.json`` when rank 0 already wrote it for
-    these traces, else diagnose every rank trace and write it (a crashed or killed job)."""
+    these traces, else diagnose every rank trace and write it (a crashed or killed job); with
+    no trace but an out-of-memory record, the diagnosis of that error. Nothing when there is
+    neither."""
     target = result.out / "diagnosis.json"
+    if not result.traces:
+        report = next((r.out_of_memory for r in result.records if r.out_of_memory), None)
+        if report is not None:
+            result.diagnosis = diagnose_out_of_memory(report, device_memory=device_memory,
+                                                      machine=result.records[0].machine)
+            target.write_text(result.diagnosis.to_json() + "\n")
+        return
     newest = max((p.stat().st_mtime for p in result.traces), default=0.0)
     if target.exists() and target.stat().st_mtime >= newest:
         doc = read_document(target.read_bytes(), str(target))
@@ -174,7 +184,9 @@ def diagnose_run_dir(out: Path, traces: list[Path], records: list[RunRecord],
     options = DiagnoseOptions(
         device_memory=device_memory, top=top,
         oom=any(r.oom for r in records),  # set by the session's is_out_of_memory()
-        machine={r.rank: r.machine for r in records}, workers=1)
+        machine={r.rank: r.machine for r in records},
+        out_of_memory={r.rank: r.out_of_memory for r in records if r.out_of_memory},
+        workers=1)
     doc = diagnose_traces(traces, options)
     (out / "diagnosis.json").write_text(doc.to_json() + "\n")
     return doc
@@ -190,6 +202,10 @@ def describe_failure(result: RunResult, timeout: float | None) -> str | None:
     """One line saying what went wrong with the command, or None when it went well."""
     kept = (f"; recorded {len(result.traces)} trace(s), kept in {result.out}"
             if result.traces else f"; nothing was profiled (run records in {result.out})")
+    report = next((r.out_of_memory for r in result.records if r.out_of_memory), None)
+    if report is not None:
+        return (f"the command ran out of memory on step {report.step}; the memory diagnosis "
+                f"is in {result.out / 'diagnosis.json'}")
     if result.timed_out:
         return f"the command ran past --timeout {timeout:g}s and was stopped{kept}"
     if result.returncode not in (0, None):

@@ -51,6 +51,7 @@ def diagnose(
     oom: bool = False,
     top: int = 10,
     machine: dict | None = None,
+    out_of_memory: r.OutOfMemory | None = None,
 ) -> r.Diagnosis:
     """Classify the trace's bottleneck layer and prescribe fixes, cheapest first.
 
@@ -61,6 +62,7 @@ def diagnose(
             ``deviceProperties`` and stands in for a GPU's memory on CPU-only traces.
         oom: the profiled run raised an out-of-memory error.
         top: rows in each top-ops table.
+        out_of_memory: what that error said (its figures become the memory layer's evidence).
     """
     steps = find_steps(trace)
     breakdown = step_breakdown(trace, steps)
@@ -71,6 +73,7 @@ def diagnose(
         trace=trace, steps=steps, breakdown=breakdown, nesting=nesting,
         layer_us=_layer_times(breakdown, gpu, small), small_op_us=small,
         memory=_memory_with_capacity(trace, device_memory), oom=oom,
+        out_of_memory=out_of_memory,
         device=_device_evidence(trace, steps) if gpu else None,
         machine=_machine(machine),
         collectives=collective_table(trace, steps),
@@ -149,6 +152,47 @@ def diagnose(
             bytes_per_call=c.bytes_per_call, group_size=c.group_size,
             algbw_gbps=_round(c.algbw_gbps, 3), busbw_gbps=_round(c.busbw_gbps, 3))
             for c in facts.collectives],
+        out_of_memory=out_of_memory,
+    )
+
+
+def diagnose_out_of_memory(report: r.OutOfMemory, *, device_memory: int | None = None,
+                           machine: dict | None = None) -> r.Diagnosis:
+    """The diagnosis of a run that ran out of memory before the profiler recorded a step: no
+    trace, so no time breakdown; `memory` from the error's own figures, with the ladder's
+    prescriptions cheapest first (expandable segments first where the reserved cache sat
+    idle)."""
+    verdict = rules.Verdict()
+    rules.out_of_memory_evidence(verdict, report)
+    verdict.remedies.extend(rules.ladder_remedies())
+    gpu = bool(report.device and report.device.startswith("cuda"))
+    capacity = report.capacity_bytes or device_memory
+    if capacity:
+        verdict.evidence.append(r.Evidence(
+            metric="capacity_bytes", value=capacity, unit="bytes",
+            source="the error" if report.capacity_bytes else "--device-memory"))
+    prescriptions = [_prescription(remedy, reason) for remedy, reason in
+                     sorted(verdict.remedies, key=lambda x: x[0].cost)
+                     if gpu or not remedy.gpu_only]
+    mode = "gpu" if gpu else "cpu"
+    layers = {layer: r.LayerResult(share=0.0, time_ms=0.0,
+                                   evidence=verdict.evidence if layer == "memory" else [])
+              for layer in LAYERS}
+    first = f" First fix: {prescriptions[0].id}." if prescriptions else ""
+    return r.Diagnosis(
+        tool_version=__version__,
+        summary=f"memory is the bottleneck: the run ran out of memory on step {report.step}, "
+                f"before a step could be profiled.{first}",
+        primary="memory", confidence="high",
+        trace=r.TraceInfo(path="", mode=mode, events=0,
+                          devices=[report.device] if report.device else []),
+        layers=layers,
+        breakdown=r.Breakdown(mode=mode, categories=[], wall_ms=0.0, exposed_ms={}, share={},
+                              steps=[], median_step_ms=0.0),
+        findings=verdict.findings, prescriptions=prescriptions,
+        missing=["a trace: the run ran out of memory before the profiler recorded a step; the "
+                 "figures come from the error and the allocator"],
+        machine=_machine(machine), out_of_memory=report,
     )
 
 
@@ -390,11 +434,15 @@ def _prescriptions(primary, ranked, facts, verdicts) -> list[r.Prescription]:
             if remedy.id in seen or (remedy.gpu_only and not facts.gpu):
                 continue
             seen.add(remedy.id)
-            out.append(r.Prescription(
-                id=remedy.id, layer=remedy.layer, cost=remedy.cost,
-                cost_label=COST_LABELS[remedy.cost], title=remedy.title, code=remedy.code,
-                expected_gain=remedy.expected_gain, verify=remedy.verify, reason=reason))
+            out.append(_prescription(remedy, reason))
     return out
+
+
+def _prescription(remedy: Remedy, reason: str) -> r.Prescription:
+    return r.Prescription(
+        id=remedy.id, layer=remedy.layer, cost=remedy.cost, cost_label=COST_LABELS[remedy.cost],
+        title=remedy.title, code=remedy.code, expected_gain=remedy.expected_gain,
+        verify=remedy.verify, reason=reason)
 
 
 def _breakdown_doc(b: StepBreakdown, gpu: bool) -> r.Breakdown:

@@ -236,6 +236,22 @@ class TraceInfo(msgspec.Struct, kw_only=True):
     steps_excluded: dict[str, str] = {}
 
 
+class OutOfMemory(msgspec.Struct, kw_only=True):
+    """An out-of-memory error as the run saw it: the error's own figures (CUDA writes them into
+    its message) and the allocator's, and how far training got."""
+
+    message: str  # the error as raised (first 1,000 characters)
+    step: int  # the training step it happened in: completed optimizer steps + 1
+    device: str | None = None  # "cuda:0"; None when unknown (a CPU job)
+    requested_bytes: int | None = None  # "Tried to allocate ..."
+    capacity_bytes: int | None = None  # "total capacity of ..."
+    free_bytes: int | None = None  # "... of which ... is free"
+    allocated_bytes: int | None = None  # "... is allocated by PyTorch"
+    reserved_unallocated_bytes: int | None = None  # "... reserved by PyTorch but unallocated"
+    # the highest allocated memory so far at the end of each completed optimizer step (CUDA)
+    peak_allocated_bytes_by_step: list[int] = []
+
+
 class CaptureInfo(msgspec.Struct, kw_only=True):
     """How ``torchtriage.profile`` ran (absent for traces captured elsewhere)."""
 
@@ -268,6 +284,7 @@ class Diagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     machine: MachineInfo | None = None
     collectives: list[CollectiveRow] = []
     capture: CaptureInfo | None = None
+    out_of_memory: OutOfMemory | None = None  # the run ran out of memory: what it said
 
     @property
     def rank_diagnoses(self) -> list[Diagnosis]:

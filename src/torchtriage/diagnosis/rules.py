@@ -29,7 +29,7 @@ from torchtriage.analysis.transfers import SYNC_CALLS, Transfers
 from torchtriage.analysis.utilization import ClassTime, union_in_steps
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID, Remedy
-from torchtriage.diagnosis.result import Evidence, Finding, MachineInfo
+from torchtriage.diagnosis.result import Evidence, Finding, MachineInfo, OutOfMemory
 from torchtriage.trace.model import HOST_KINDS, EventKind, Trace
 
 
@@ -67,6 +67,7 @@ class Facts:
     device: DeviceEvidence | None = None  # GPU traces only
     machine: MachineInfo | None = None  # torchtriage run only
     collectives: list[CollectiveStats] = field(default_factory=list)
+    out_of_memory: OutOfMemory | None = None  # what the error said, when the run ran out
 
     @property
     def gpu(self) -> bool:
@@ -124,12 +125,9 @@ def memory_rule(f: Facts) -> tuple[bool, Verdict]:
     """`memory` is primary when the job OOMs or its peak reaches MEMORY_NEAR_CAPACITY."""
     v = Verdict()
     fired = False
-    if f.oom:
+    if f.oom or f.out_of_memory is not None:
         fired = True
-        v.evidence.append(Evidence(metric="out_of_memory", value=1.0, fired=True,
-                                   source="the profiled run raised OutOfMemoryError"))
-        v.findings.append(Finding(id="memory.oom", severity="critical", layer="memory",
-                                  message="The run ran out of memory."))
+        out_of_memory_evidence(v, f.out_of_memory)
     assessed = [(peak, cap, src) for peak, cap, src in f.memory if cap]
     for peak, cap, src in assessed:
         # Pressure is what live tensors hold; a large but idle cache is fragmentation (below).
@@ -164,14 +162,61 @@ def memory_rule(f: Facts) -> tuple[bool, Verdict]:
             message="Device capacity unknown (no deviceProperties): memory pressure not "
                     "assessed. Pass --device-memory to set it."))
     if fired:
-        ladder = ["memory.grad_accumulation", "memory.activation_checkpointing", "memory.bf16",
-                  "memory.fsdp"]
-        reasons = ["cheapest rung: same model, smaller micro-batch",
-                   "next rung if accumulation alone does not fit",
-                   "next rung: halves activation memory",
-                   "last rung: shard state across ranks"]
-        v.remedies.extend((BY_ID[i], r) for i, r in zip(ladder, reasons, strict=True))
+        v.remedies.extend(ladder_remedies())
     return fired, v
+
+
+def ladder_remedies() -> list[tuple[Remedy, str]]:
+    """The memory ladder's rungs, cheapest first, each with why it is there."""
+    ladder = ["memory.grad_accumulation", "memory.activation_checkpointing", "memory.bf16",
+              "memory.fsdp"]
+    reasons = ["cheapest rung: same model, smaller micro-batch",
+               "next rung if accumulation alone does not fit",
+               "next rung: halves activation memory",
+               "last rung: shard state across ranks"]
+    return [(BY_ID[i], r) for i, r in zip(ladder, reasons, strict=True)]
+
+
+def out_of_memory_evidence(v: Verdict, report: OutOfMemory | None) -> None:
+    """Evidence and findings of an out-of-memory error: the step it failed on and the figures
+    it gave; expandable segments when much of the reserved cache sat idle (fragmentation)."""
+    v.evidence.append(Evidence(metric="out_of_memory", value=1.0, fired=True,
+                               source="the profiled run raised OutOfMemoryError"))
+    if report is None:
+        v.findings.append(Finding(id="memory.oom", severity="critical", layer="memory",
+                                  message="The run ran out of memory."))
+        return
+    v.evidence.append(Evidence(metric="oom_step", value=report.step, unit="training step"))
+    figures = []
+    for metric, value, words in (
+            ("oom_requested_bytes", report.requested_bytes, "requested"),
+            ("oom_allocated_bytes", report.allocated_bytes, "allocated by PyTorch"),
+            ("oom_reserved_unallocated_bytes", report.reserved_unallocated_bytes,
+             "reserved but unallocated"),
+            ("oom_capacity_bytes", report.capacity_bytes, "capacity"),
+            ("peak_allocated_bytes_completed_steps",
+             max(report.peak_allocated_bytes_by_step, default=None), "peak of the completed "
+             "steps")):
+        if value is not None:
+            v.evidence.append(Evidence(metric=metric, value=value, unit="bytes"))
+            figures.append(f"{value / 2**30:.2f} GiB {words}")
+    where = f" on {report.device}" if report.device else ""
+    v.findings.append(Finding(
+        id="memory.oom", severity="critical", layer="memory",
+        message=f"The run ran out of memory{where} on step {report.step}"
+                + (f" ({', '.join(figures)})" if figures else "") + "."))
+    idle, used = report.reserved_unallocated_bytes, report.allocated_bytes
+    if idle and used is not None and idle + used > 0:
+        frag = idle / (idle + used)
+        fev = share_evidence("fragmentation[oom]", frag, th.MEMORY_FRAGMENTATION)
+        v.evidence.append(fev)
+        if frag >= th.MEMORY_FRAGMENTATION.value:
+            v.findings.append(Finding(
+                id="memory.fragmentation", severity="warning", layer="memory",
+                message=f"{frag:.0%} of the reserved memory was idle when it ran out "
+                        "(fragmentation).", evidence=[fev]))
+            v.remedies.append((BY_ID["memory.expandable_segments"],
+                               f"{idle / 2**30:.2f} GiB reserved but unallocated at the error"))
 
 
 # --- data loading -------------------------------------------------------------------------

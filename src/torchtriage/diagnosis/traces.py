@@ -22,7 +22,7 @@ from torchtriage.analysis.steps import find_steps
 from torchtriage.analysis.timeline import Timeline, timeline
 from torchtriage.diagnosis.diagnose import diagnose
 from torchtriage.diagnosis.job import JobDiagnosis, diagnose_job
-from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.diagnosis.result import Diagnosis, OutOfMemory
 from torchtriage.trace.discover import find_trace_files, rank_of_trace_file
 from torchtriage.trace.ingest import MEMORY_LIMIT_ENV, default_memory_limit, load_trace
 from torchtriage.trace.model import Trace
@@ -40,6 +40,7 @@ class DiagnoseOptions:
         top: rows in each top-ops table.
         oom: the profiled run ran out of memory (``torchtriage run`` knows; a trace does not).
         machine: per rank, the machine samples ``torchtriage run`` recorded.
+        out_of_memory: per rank, the out-of-memory error the run raised (its figures).
         workers: processes for several traces (default: one per core, at most one per trace).
     """
 
@@ -47,6 +48,7 @@ class DiagnoseOptions:
     top: int = 10
     oom: bool = False
     machine: Mapping[int, Any] | None = None
+    out_of_memory: Mapping[int, OutOfMemory] | None = None
     workers: int | None = None
 
 
@@ -109,11 +111,11 @@ def _run(paths: TracePaths, options: DiagnoseOptions, detail: bool
 def _diagnose_file(path: Path, options: DiagnoseOptions, memory_limit: int | None,
                    detail: bool) -> tuple[Diagnosis, TraceDetail | None]:
     trace = load_trace(path, memory_limit)
-    machine = None
-    if options.machine:
-        machine = options.machine.get(rank_of_trace_file(path) or 0)
+    rank = rank_of_trace_file(path) or 0
+    machine = options.machine.get(rank) if options.machine else None
+    report = options.out_of_memory.get(rank) if options.out_of_memory else None
     diagnosis = diagnose(trace, device_memory=options.device_memory, oom=options.oom,
-                         top=options.top, machine=machine)
+                         top=options.top, machine=machine, out_of_memory=report)
     return diagnosis, (_detail(trace) if detail else None)
 
 

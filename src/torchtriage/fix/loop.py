@@ -33,7 +33,7 @@ import msgspec
 
 from torchtriage.capture.runner import run_command, write_diagnosis
 from torchtriage.diagnosis.job import JobDiagnosis
-from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.diagnosis.result import Diagnosis, OutOfMemory
 from torchtriage.errors import TorchtriageError
 from torchtriage.fix import ladder
 from torchtriage.fix.candidates import NOT_INJECTED, machine_context, search_for
@@ -133,6 +133,7 @@ class _Loop:
         self.kept_order: list[dict[str, Any]] = []
         self.fix_steps: list[FixStep] = []
         self.rounds: list[Profiled] = []
+        self.original_oom: OutOfMemory | None = None  # the original ran out of memory
         self.original: list[Trial] = []  # baseline trials of the original configuration
         self.incumbent: list[Trial] = []  # trials of the current kept configuration
         self.trials_run = 0
@@ -163,9 +164,7 @@ class _Loop:
         losses = [x for r in result.records if r.rank == 0 for x in r.loss_values]
         outcomes = result.knobs
         self.profile_outcomes[str(run_dir)] = outcomes
-        if not result.traces:
-            return None, losses, oom, outcomes
-        write_diagnosis(result, device_memory)
+        write_diagnosis(result, device_memory)  # None without a trace, unless it ran out
         return _representative(result.diagnosis), losses, oom, outcomes
 
     def _round(self, diagnosis, knobs: dict[str, Any], label: str) -> None:
@@ -185,6 +184,7 @@ class _Loop:
             raise TorchtriageError(f"the command recorded no training step as written, so "
                                    f"there is nothing to fix (its output: {log})")
         self._round(diagnosis, {}, "original")
+        self.original_oom = diagnosis.out_of_memory
         original_losses = losses
         stopped = ""
         while not stopped:
@@ -353,12 +353,17 @@ class _Loop:
             self.trials_run += sum(not t.reused for t in final.trials)
             self.last_trials = [t for t in final.trials if t.arm == "B" and not t.reused
                                 and t.status == "ok"] + self.last_trials
+        final_rate = final.b.steps_per_s if final else None
+        if final is None and self.original_oom is not None and self.kept:
+            # the original never completed a step: the kept configuration's profiled pace
+            last = self.rounds[-1].median_step_ms
+            final_rate = round(1e3 / last, 3) if last else None
         return FixResult(
             summary="", command=self.command, kept=self.kept_order,
             speedup=final.speedup if final else None, ci_low=final.ci_low if final else None,
             ci_high=final.ci_high if final else None, verdict=final.verdict if final else None,
             original_steps_per_s=final.a.steps_per_s if final else None,
-            final_steps_per_s=final.b.steps_per_s if final else None,
+            final_steps_per_s=final_rate, original_out_of_memory=self.original_oom,
             steps=self.fix_steps, rounds=self.rounds, stopped_because=stopped,
             budget_s=self.budget.seconds, elapsed_s=round(self.budget.elapsed, 1),
             trials_run=self.trials_run, out=str(self.out))
@@ -417,9 +422,16 @@ def _attempt(value: Any, ab: ABResult) -> Attempt:
 
 
 def _summary(r: FixResult) -> str:
+    oom = r.original_out_of_memory
+    ran_out = f"the original ran out of memory on step {oom.step}; " if oom else ""
     if not r.kept:
-        return f"nothing kept: {r.stopped_because}."
+        return f"{ran_out}nothing kept: {r.stopped_because}."
     kept = ", ".join(f"{k['knob']}={k['value']!r}" for k in r.kept)
+    if oom is not None and r.speedup is None:
+        last = r.rounds[-1]
+        peak = f", peak {last.peak_fraction:.0%} of capacity" if last.peak_fraction else ""
+        return (f"{ran_out}with {kept} it completes: median step {last.median_step_ms:.1f} ms "
+                f"(profiled){peak}; stopped because {r.stopped_because}.")
     if r.speedup is None:
         return f"kept {kept}; stopped because {r.stopped_because}."
     return (f"kept {kept}: {r.speedup:.2f}x faster than the original ({r.ci_low:.2f}-"

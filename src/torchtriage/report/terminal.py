@@ -16,7 +16,12 @@ _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 
 
 def renderable(d: Diagnosis) -> RenderableType:
-    parts: list[RenderableType] = [_header(d), _layers(d), _breakdown(d)]
+    if not d.breakdown.steps and d.out_of_memory is not None:  # no trace: what the error said
+        parts: list[RenderableType] = [_header(d), _findings(d), _prescriptions(d)]
+        if d.missing:
+            parts.append(_missing(d))
+        return Group(*parts)
+    parts = [_header(d), _layers(d), _breakdown(d)]
     if d.findings:
         parts.append(_findings(d))
     if d.prescriptions:
@@ -38,6 +43,8 @@ def renderable(d: Diagnosis) -> RenderableType:
 def _header(d: Diagnosis) -> Panel:
     t = d.trace
     where = f"{t.mode.upper()} trace, {t.events:,} events, steps {_steps(t.steps_analyzed)}"
+    if not t.path and d.out_of_memory is not None:
+        where = f"no trace: out of memory on step {d.out_of_memory.step}"
     if t.step_source != "profiler_step":
         where += f" (step source: {t.step_source})"
     if t.rank is not None:
@@ -49,7 +56,8 @@ def _header(d: Diagnosis) -> Panel:
     body.append(f"   confidence: {d.confidence}\n")
     body.append(d.summary + "\n")
     body.append(where, style="dim")
-    return Panel(body, title=f"torchtriage · {t.path}", title_align="left", box=box.ROUNDED)
+    title = f"torchtriage · {t.path}" if t.path else "torchtriage"
+    return Panel(body, title=title, title_align="left", box=box.ROUNDED)
 
 
 def _steps(numbers: list[int]) -> str:

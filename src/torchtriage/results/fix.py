@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from torchtriage.diagnosis.result import OutOfMemory
 from torchtriage.document import JsonDocument
 from torchtriage.results.ab import ABVerdict
 from torchtriage.version import __version__
@@ -71,7 +72,8 @@ class FixResult(JsonDocument, msgspec.Struct, kw_only=True):
     ci_high: float | None
     verdict: ABVerdict | None  # of that final A/B
     original_steps_per_s: float | None = None
-    final_steps_per_s: float | None = None
+    final_steps_per_s: float | None = None  # an original that ran out: the kept one's profile
+    original_out_of_memory: OutOfMemory | None = None  # the original ran out of memory
     steps: list[FixStep]
     rounds: list[Profiled]
     stopped_because: str

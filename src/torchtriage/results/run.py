@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from torchtriage.diagnosis.result import OutOfMemory
 from torchtriage.document import JsonDocument
 
 SCHEMA = "torchtriage.run/1"
@@ -105,6 +106,7 @@ class RunRecord(JsonDocument, msgspec.Struct, kw_only=True):
     compile: dict[str, Any] | None = None  # what torch.compile did
     machine: dict[str, Any] | None = None  # machine samples (CPU, memory) while it ran
     exit_exception: str | None = None  # how the script failed, when it did
+    out_of_memory: OutOfMemory | None = None  # the script ran out of memory: what it said
 
     @property
     def loss_values(self) -> list[float]:

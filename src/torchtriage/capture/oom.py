@@ -1,0 +1,52 @@
+"""Out of memory, seen from inside the training process: how far training got, and at the
+error, what the error and the allocator say (:class:`~torchtriage.diagnosis.result.OutOfMemory`).
+
+At each optimizer step the highest CUDA memory allocated so far is noted (a counter read, no
+sync, only once the script has initialised CUDA). At an out-of-memory error the figures in the
+error's message come first (they describe the moment of failure); the allocator's current
+figures fill in what the message lacks.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from torchtriage.diagnosis.oom import parse_oom_message
+from torchtriage.diagnosis.result import OutOfMemory
+
+MESSAGE_CHARS = 1000
+
+
+class MemoryWatch:
+    """Completed optimizer steps and the CUDA allocated peak after each."""
+
+    def __init__(self) -> None:
+        self.optimizer_steps = 0
+        self.peaks: list[int] = []
+
+    def optimizer_stepped(self) -> None:
+        self.optimizer_steps += 1
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            self.peaks.append(int(torch.cuda.max_memory_allocated()))
+
+    def report(self, exc: BaseException) -> OutOfMemory:
+        """What the out-of-memory error ``exc`` and the allocator say."""
+        text = str(exc)
+        figures: dict = parse_oom_message(text)
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            try:
+                device = torch.cuda.current_device()
+                figures.setdefault("device", f"cuda:{device}")
+                figures.setdefault("capacity_bytes",
+                                   int(torch.cuda.get_device_properties(device).total_memory))
+                allocated = int(torch.cuda.memory_allocated(device))
+                figures.setdefault("allocated_bytes", allocated)
+                figures.setdefault("reserved_unallocated_bytes",
+                                   max(int(torch.cuda.memory_reserved(device)) - allocated, 0))
+            except Exception:  # a device in a bad state after the error: the message will do
+                pass
+        return OutOfMemory(message=f"{type(exc).__name__}: {text}"[:MESSAGE_CHARS],
+                           step=self.optimizer_steps + 1,
+                           peak_allocated_bytes_by_step=list(self.peaks), **figures)
