@@ -86,6 +86,16 @@ def test_out_of_memory_makes_memory_primary(tmp_path):
     d = prof.diagnosis
     assert d.primary == "memory" and d.capture.oom
     assert d.prescriptions[0].id == "memory.grad_accumulation"
+    assert d.out_of_memory.step == 7 and d.out_of_memory.requested_bytes == 2 * 2**30
+
+
+def test_out_of_memory_on_the_first_step_is_still_a_memory_diagnosis(tmp_path):
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    with pytest.raises(torch.OutOfMemoryError), torchtriage.profile(tmp_path) as prof:
+        _loop(prof, 8, fail_at=0, exc=oom)
+    d = prof.diagnosis
+    assert d.primary == "memory" and d.out_of_memory.step == 1
+    assert (tmp_path / "diagnosis.json").is_file()
 
 
 def test_profiler_noise_is_filtered_but_user_stderr_passes(tmp_path, capfd):

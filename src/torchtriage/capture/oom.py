@@ -32,21 +32,28 @@ class MemoryWatch:
 
     def report(self, exc: BaseException) -> OutOfMemory:
         """What the out-of-memory error ``exc`` and the allocator say."""
-        text = str(exc)
-        figures: dict = parse_oom_message(text)
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            try:
-                device = torch.cuda.current_device()
-                figures.setdefault("device", f"cuda:{device}")
-                figures.setdefault("capacity_bytes",
-                                   int(torch.cuda.get_device_properties(device).total_memory))
-                allocated = int(torch.cuda.memory_allocated(device))
-                figures.setdefault("allocated_bytes", allocated)
-                figures.setdefault("reserved_unallocated_bytes",
-                                   max(int(torch.cuda.memory_reserved(device)) - allocated, 0))
-            except Exception:  # a device in a bad state after the error: the message will do
-                pass
-        return OutOfMemory(message=f"{type(exc).__name__}: {text}"[:MESSAGE_CHARS],
-                           step=self.optimizer_steps + 1,
-                           peak_allocated_bytes_by_step=list(self.peaks), **figures)
+        return out_of_memory_report(exc, self.optimizer_steps, self.peaks)
+
+
+def out_of_memory_report(exc: BaseException, completed_steps: int,
+                         peaks: list[int] | None = None) -> OutOfMemory:
+    """What the out-of-memory error ``exc`` and the allocator say, after ``completed_steps``
+    training steps."""
+    text = str(exc)
+    figures: dict = parse_oom_message(text)
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        try:
+            device = torch.cuda.current_device()
+            figures.setdefault("device", f"cuda:{device}")
+            figures.setdefault("capacity_bytes",
+                               int(torch.cuda.get_device_properties(device).total_memory))
+            allocated = int(torch.cuda.memory_allocated(device))
+            figures.setdefault("allocated_bytes", allocated)
+            figures.setdefault("reserved_unallocated_bytes",
+                               max(int(torch.cuda.memory_reserved(device)) - allocated, 0))
+        except Exception:  # a device in a bad state after the error: the message will do
+            pass
+    return OutOfMemory(message=f"{type(exc).__name__}: {text}"[:MESSAGE_CHARS],
+                       step=completed_steps + 1,
+                       peak_allocated_bytes_by_step=list(peaks or []), **figures)

@@ -31,7 +31,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from torchtriage.capture.oom import out_of_memory_report
 from torchtriage.capture.quiet import StderrFilter
+from torchtriage.diagnosis.result import OutOfMemory
 from torchtriage.errors import CaptureError, TorchtriageError
 from torchtriage.results.run import ProfilerStepTime, RunRecord, Schedule, StepTime
 from torchtriage.units import parse_bytes
@@ -150,6 +152,7 @@ class ProfileSession:
         self.extra_record: dict[str, Any] = extra_record if extra_record is not None else {}
         self.trace_path: Path | None = None
         self.error: str | None = None
+        self.out_of_memory: OutOfMemory | None = None  # the block raised OutOfMemoryError
         self._diagnosis = None
         self._prof = None
         self._steps_run = 0
@@ -259,6 +262,7 @@ class ProfileSession:
         finally:
             self._stderr.stop()
         oom = is_out_of_memory(exc)
+        self.out_of_memory = out_of_memory_report(exc, self._steps_run) if oom else None
         self._finish(oom)
         return False
 
@@ -274,6 +278,15 @@ class ProfileSession:
         self.trace_path = path
 
     def _finish(self, oom: bool) -> None:
+        if self.trace_path is None and self.out_of_memory is not None and self.analyze:
+            # out of memory before anything was recorded: the error is the evidence
+            from torchtriage.diagnosis.diagnose import diagnose_out_of_memory
+
+            self._diagnosis = diagnose_out_of_memory(self.out_of_memory,
+                                                     device_memory=self.device_memory)
+            (self.run_dir / "diagnosis.json").write_text(self._diagnosis.to_json())
+            self._write_run_record(oom)
+            return
         if self._steps_run <= self.wait and not oom:
             kept = f"; partial trace kept at {self.trace_path}" if self.trace_path else ""
             self.error = (f"no complete step was recorded: {self._steps_run} step(s) ran and "
@@ -294,7 +307,7 @@ class ProfileSession:
 
                 self._diagnosis = diagnose(load_trace(self.trace_path),
                                            device_memory=self.device_memory, oom=oom,
-                                           top=self.top)
+                                           top=self.top, out_of_memory=self.out_of_memory)
                 self._diagnosis.capture = self._capture_info(oom)
                 (self.run_dir / "diagnosis.json").write_text(self._diagnosis.to_json())
             except Exception as exc:  # the trace is kept whatever the analysis does
@@ -341,7 +354,7 @@ class ProfileSession:
             trace=self.trace_path.name if self.trace_path else None,
             oom=oom,
             error=self.error,
-            **self.extra_record,
+            **{"out_of_memory": self.out_of_memory, **self.extra_record},
         )
         (self.run_dir / self.record_name).write_text(record.to_json())
 
