@@ -160,6 +160,50 @@ def test_out_of_memory_before_the_window_is_still_a_memory_diagnosis(tmp_path, a
     assert record(out)["oom"] and "Bottleneck: memory" in proc.stdout
 
 
+def test_the_window_waits_for_the_dataloader_queue_to_drain(tmp_path):
+    """16 batches prepared during a pause before training hide a loader that cannot keep up:
+    a window at steps 4-8 measures the queue (kernel-bound); at steady state it is loading."""
+    proc, out = run(tmp_path, "--steps", "70", "--", "python",
+                    str(SCRIPTS / "queued_loader.py"), "--steps", "70")
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads((out / "diagnosis.json").read_text())
+    assert record(out)["loader_queue"] == 16
+    window = d["window"]
+    assert "DataLoader queue of 16 batches" in window["skip_reason"] or \
+        "profiled again" in window["skip_reason"], window
+    assert window["first_step"] > 16 + 16 and window["representative"] is True, window
+    assert d["primary"] == "data_loading", (d["summary"], window)
+
+
+def test_a_window_that_was_not_steady_state_is_profiled_again_and_shown_early(tmp_path):
+    """Steps slow down after step 12: the first window (steps 5-9) is faster than the steps
+    after it, so it is set aside and profiled again; without --steps the verdict is printed
+    while the script trains on."""
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "phase_change.py"), "60", "12")
+    assert proc.returncode == 0, proc.stderr
+    assert "the profiling window is diagnosed" in proc.stdout
+    assert "final diagnosis: host (as above)" in proc.stdout
+    d = json.loads((out / "diagnosis.json").read_text())
+    (old,) = d["superseded_windows"]
+    assert (old["first_step"], old["representative"]) == (5, False)
+    assert old["after_mean_ms"] > 1.25 * old["profiled_mean_ms"]
+    assert d["window"]["first_step"] > 12 and d["window"]["representative"] is True
+    assert "steps.window_profiled_again" in {f["id"] for f in d["findings"]}
+    assert len(list((out / "superseded").glob("rank0_*.pt.trace.json.gz"))) == 1
+    assert len(list(out.glob("rank0_*.pt.trace.json.gz"))) == 1
+    assert "Traceback" not in proc.stderr
+
+
+def test_steps_that_end_before_the_window_are_refused(tmp_path):
+    proc, out = run(tmp_path, "--skip", "30", "--steps", "12", "--", "python",
+                    str(SCRIPTS / "tiny_loop.py"))
+    assert proc.returncode == 2 and not out.exists()
+    assert proc.stderr.strip() == (
+        "torchtriage: error: --steps 12 stops the script before the profiling window ends: it "
+        "starts after --skip 30 steps and records 8; use --steps of at least 38 (--steps "
+        "counts every training step, skipped ones too)")
+
+
 def test_early_exit_says_no_step_was_detected(tmp_path):
     proc, _ = run(tmp_path, "--", "python", str(SCRIPTS / "two_optimizers.py"), "early")
     assert proc.returncode == 1

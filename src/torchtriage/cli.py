@@ -27,7 +27,7 @@ from torchtriage.capture.session import profile
 from torchtriage.demo import DEMO_EXAMPLE, DEMO_STEPS, load_example
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.knobs import KNOBS, parse_knobs
-from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.diagnosis.result import Diagnosis, WindowCheck
 from torchtriage.diagnosis.traces import (
     DiagnoseOptions,
     TraceDetail,
@@ -46,7 +46,7 @@ from torchtriage.report.verify_view import history_table
 from torchtriage.results.ab import ABResult
 from torchtriage.results.fix import FixResult
 from torchtriage.results.registry import REGISTRY, decode_document, json_schema, read_document
-from torchtriage.results.run import RunConfig
+from torchtriage.results.run import RunConfig, Schedule
 from torchtriage.units import parse_bytes, parse_duration, parse_percent
 from torchtriage.verify.ab import run_ab
 from torchtriage.verify.compare import compare as compare_paths
@@ -224,9 +224,11 @@ def run_script(
     out: Annotated[Path, typer.Option("--out", help="Run directory (traces, records, "
                                       "diagnosis.json).")] = Path("torchtriage-run"),
     steps: Annotated[int | None, typer.Option("--steps", min=1, help="Stop the script "
-                                              "cleanly after N training steps.")] = None,
+                                              "cleanly after N training steps in all "
+                                              "(skipped ones too).")] = None,
     skip: Annotated[int, typer.Option("--skip", min=0, help="Training steps to run before "
-                                      "profiling starts.")] = 0,
+                                      "the profiling window, at least (a DataLoader's queue "
+                                      "of prepared batches drains first).")] = 0,
     timeout: Annotated[float | None, typer.Option("--timeout", min=1, help="Stop the command "
                                                   "after S seconds, keeping what was "
                                                   "recorded.")] = None,
@@ -242,13 +244,36 @@ def run_script(
     """Profile an unmodified script: torchtriage run [OPTIONS] -- python train.py ARGS
     (or -- torchrun --nproc_per_node=N train.py ARGS)."""
     knobs = parse_knobs(knob or [])  # refused before the script starts
+    window = Schedule()
+    if steps is not None and steps < skip + window.steps:
+        raise TorchtriageError(
+            f"--steps {steps} stops the script before the profiling window ends: it starts "
+            f"after --skip {skip} steps and records {window.steps}; use --steps of at least "
+            f"{skip + window.steps} (--steps counts every training step, skipped ones too)")
     capacity = _capacity(device_memory)
     command = python_command(list(ctx.args))
     runs = _open_store(store, required=False)
     run_id = runs.start_run("run", command, knobs=knobs, out_dir=out) if runs else None
     config = RunConfig(out=str(out), knobs=knobs, max_steps=steps, skip=skip,
                        device_memory=capacity)
-    result = run_command(command, config, timeout=timeout, quiet_output=json_out)
+    console = Console(stderr=json_out)
+    early: list[Diagnosis | JobDiagnosis] = []
+
+    def window_done(run_dir: Path, checks: list[WindowCheck]) -> None:
+        """A long run (no --steps): the window's verdict now, while training goes on."""
+        traces = [p for p in run_dir.iterdir() if p.name.startswith("rank0_")
+                  and p.name.endswith((".json", ".json.gz"))]
+        doc = diagnose_traces(traces, DiagnoseOptions(device_memory=capacity, top=top,
+                                                      windows={0: checks}, workers=1))
+        (run_dir / "diagnosis.json").write_text(doc.to_json() + "\n")
+        early.append(doc)
+        console.print(renderable(doc))
+        console.print(f"[dim]torchtriage: the profiling window is diagnosed "
+                      f"({run_dir / 'diagnosis.json'}); training goes on, the final report "
+                      "follows when the script exits (Ctrl-C stops it and keeps it all)[/dim]")
+
+    result = run_command(command, config, timeout=timeout, quiet_output=json_out,
+                         on_window=window_done if steps is None and not json_out else None)
     write_diagnosis(result, capacity, top)  # an out-of-memory error without a trace too
     doc = result.diagnosis
     if html_out is not None and doc is not None:
@@ -259,9 +284,11 @@ def run_script(
                               if doc else "")
         runs.finish_run(run_id, "failed" if failure else "done", summary,
                         doc.to_dict() if doc else None)
-    console = Console(stderr=json_out)
     if json_out and doc is not None:
         sys.stdout.write(doc.to_json() + "\n")
+    elif doc is not None and early and doc.primary == early[0].primary:
+        console.print(f"[dim]final diagnosis: {doc.primary} (as above), "
+                      f"{out / 'diagnosis.json'}[/dim]")
     elif doc is not None:
         console.print(renderable(doc))
     for knob_id, entry in result.knobs.items():

@@ -80,8 +80,11 @@ class AutoRun:
         self.detector = StepDetector()
         self.clock = StepClock(config.timing_warmup)
         self.signals = SignalRecorder(self.host)
-        self.profiling = ProfilingWindow(self.out, self.rank, config.schedule, config.skip,
-                                         config.device_memory)
+        self.max_steps = config.max_steps  # timing mode extends it by a DataLoader queue
+        self.profiling = ProfilingWindow(
+            self.out, self.rank, config.schedule, config.skip, config.device_memory, self.clock,
+            lambda: self.signals.loader_queue, config.max_steps, config.stop_after_window,
+            lambda: self.signals.ready)
         self.memory = MemoryWatch()
         self.finished = False
         self._lock = threading.Lock()
@@ -130,21 +133,34 @@ class AutoRun:
 
     def boundary(self) -> None:
         """One training step ended."""
-        max_steps = self.config.max_steps
+        stop = False
         with self._lock:
             if self.finished:
                 return
             steps = self.clock.steps + 1
-            if self.timing and steps in (self.clock.warmup, max_steps):
-                _synchronize_device()
+            if self.timing:
+                self._drain_before_measuring(steps)
+                if steps in (self.clock.warmup, self.max_steps):
+                    _synchronize_device()
             self.clock.tick()
             if self.detector.manual:
                 self.signals.new_step()
             if not self.timing:
-                self.profiling.step_ended(steps)
-        if max_steps and steps >= max_steps:
+                stop = self.profiling.step_ended(steps)
+        if stop or (self.max_steps and steps >= self.max_steps):
             self.finish()
             raise SystemExit(0)
+
+    def _drain_before_measuring(self, steps: int) -> None:
+        """Timing mode: the measured window starts only after a DataLoader's batches in
+        flight were used up (the requested warm-up plus ``num_workers x prefetch_factor``
+        steps); the trial runs that much longer, so it still measures ``steps`` steps."""
+        queue = self.signals.loader_queue
+        wanted = self.config.timing_warmup + queue
+        if queue and steps <= self.clock.warmup < wanted:
+            if self.max_steps:
+                self.max_steps += wanted - self.clock.warmup
+            self.clock.warmup = wanted
 
     # --- the end --------------------------------------------------------------------------
 
@@ -158,9 +174,11 @@ class AutoRun:
                 return
             self.finished = True
         exc = exc or sys.exc_info()[1] or self._exception
+        self.profiling.finish_checks(self.clock.steps)
         session = self.profiling.session
         extra = record_fields(self.rank, self.config.mode, self.clock, self.detector,
                               self.signals, self.host)
+        extra["windows"] = list(self.profiling.checks)
         extra["machine"] = self.profiling.stop_sampling()
         failed = exc is not None and not (isinstance(exc, SystemExit) and not exc.code)
         extra["exit_exception"] = f"{type(exc).__name__}: {exc}" if failed else None
@@ -176,7 +194,7 @@ class AutoRun:
             world_size = extra["world_size"]
             if world_size > 1 and gather.share_over_store(
                     self.out, self.rank, world_size, session.trace_path, device_memory,
-                    extra["machine"], extra["out_of_memory"]):
+                    extra["machine"], extra["out_of_memory"], extra["windows"]):
                 return
             if self.rank == 0:
                 gather.write_job_diagnosis(self.out, world_size, device_memory)

@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from torchtriage.diagnosis.result import OutOfMemory
+from torchtriage.diagnosis.result import OutOfMemory, WindowCheck
 
 log = logging.getLogger(__name__)
 WAIT_FOR_RANKS_S = 60.0  # how long rank 0 waits for the other ranks' results at exit
@@ -20,7 +20,8 @@ WAIT_FOR_RANKS_S = 60.0  # how long rank 0 waits for the other ranks' results at
 
 def share_over_store(out: Path, rank: int, world_size: int, trace: Path | None,
                      device_memory: int | None, machine: dict[str, Any] | None,
-                     out_of_memory: OutOfMemory | None = None) -> bool:
+                     out_of_memory: OutOfMemory | None = None,
+                     windows: list[WindowCheck] | None = None) -> bool:
     """Each rank diagnoses its own trace where it runs and publishes the result in torchrun's
     rendezvous store; rank 0 gathers them into ``diagnosis.json``. No shared filesystem is
     needed and no rank parses another rank's trace. False when there is no store to reach or
@@ -34,7 +35,8 @@ def share_over_store(out: Path, rank: int, world_size: int, trace: Path | None,
     key = f"torchtriage/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{out}/"
     try:
         mine = diagnose(load_trace(trace), device_memory=device_memory, machine=machine,
-                        oom=out_of_memory is not None, out_of_memory=out_of_memory)
+                        oom=out_of_memory is not None, out_of_memory=out_of_memory,
+                        windows=windows)
         store.set(key + str(rank), mine.to_json(indent=0))
         if rank != 0:
             return True

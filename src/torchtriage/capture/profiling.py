@@ -1,23 +1,69 @@
 """Profile mode's window inside the training process: machine sampling from the first training
-step, and a :class:`~torchtriage.capture.session.ProfileSession` with the run's schedule that
-starts after ``skip`` steps (one trace and one ``run.rank<N>.json`` per rank)."""
+step, and a :class:`~torchtriage.capture.session.ProfileSession` with the run's schedule (one
+trace and one ``run.rank<N>.json`` per rank), placed at steady state and checked to be.
+
+Where the window starts: after ``skip`` steps, and at least after as many steps as a
+DataLoader with workers has batches in flight (``num_workers x prefetch_factor``): those were
+prepared before or during the first steps (and during any pause before training), so the
+first steps run at compute speed even when the loader cannot keep up. Workers keep producing
+while the queue drains, so past that point the window also waits until the batches waiting in
+the queue stop falling (the queue is empty, or holds steady because the loader keeps up), at
+most ``DRAIN_LIMIT`` times the queue. The profiler's own pauses (starting to trace, writing
+the trace) let the workers refill the queue, so with such a loader the warm-up is longer by the
+queue's size and the check below starts as many steps after the export. With ``max_steps`` the
+window starts late enough to fit, no later.
+
+Whether it was steady state: after the window, ``window_check_steps`` unprofiled steps are
+timed (from the queue's size after the step that carries the trace export) and their mean host
+time is compared with the window's (means, not medians: a loader-bound job's steps alternate
+fast and slow as its workers deliver in turn, and a median of five picks a side); when it is
+more than ``window_drift`` slower, the window was not representative. Its trace moves to
+``superseded/`` and the window is profiled again from the next step (once). With
+``stop_after_window`` the script is stopped once the final window is checked (``fix`` profile
+rounds).
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
+import shutil
+import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torchtriage.results.run import Schedule
+import msgspec
+
+from torchtriage.capture.steps import StepClock
+from torchtriage.diagnosis import thresholds as th
+from torchtriage.diagnosis.result import WindowCheck
+from torchtriage.results.run import WINDOW_MARKER, Schedule
+
+CHECK_STEPS = int(th.WINDOW_CHECK_STEPS.value)
+DRAIN_LIMIT = 4  # the window waits for a draining queue at most this many queues' steps
+STEADY_READINGS = 3  # ready-queue readings that must not fall for the queue to count steady
+RETRIES = 1  # windows profiled again after one that was not steady state
 
 
 class ProfilingWindow:
     def __init__(self, out: Path, rank: int, schedule: Schedule, skip: int,
-                 device_memory: int | None) -> None:
+                 device_memory: int | None, clock: StepClock,
+                 loader_queue: Callable[[], int], max_steps: int | None = None,
+                 stop_after_window: bool = False,
+                 ready: Callable[[], list[int]] = list) -> None:
         self.out, self.rank, self.schedule = out, rank, schedule
         self.skip, self.device_memory = skip, device_memory
+        self.clock, self.loader_queue, self.ready = clock, loader_queue, ready
+        self.max_steps, self.stop_after_window = max_steps, stop_after_window
         self.session: Any = None  # the ProfileSession, once started
         self.sampler: Any = None  # the MachineSampler, once started
+        self.checks: list[WindowCheck] = []  # one per window, the last one current
+        self.done = False  # the final window is checked: nothing more to profile
+        self._started_at = 0  # steps run when the current session started
+        self._warmup = schedule.warmup  # the current session's warm-up steps
+        self._reason = ""
+        self._retries = RETRIES
         self._sampling_tried = False
 
     def start_sampling(self) -> None:
@@ -36,19 +82,114 @@ class ProfilingWindow:
     def stop_sampling(self) -> dict[str, Any] | None:
         return self.sampler.stop() if self.sampler is not None else None
 
-    def step_ended(self, steps: int) -> None:
-        """``steps`` training steps ran: start the session after ``skip``, else step it."""
-        if self.session is None and steps >= self.skip:
-            self._start_session()
-        elif self.session is not None:
-            self.session.step()
+    def start_step(self, steps: int) -> tuple[int, str]:
+        """After how many steps the window starts, and why there (asked at each step until it
+        starts: a draining queue moves it on)."""
+        start = self.skip
+        reason = f"--skip {self.skip}" if self.skip else "the first step"
+        queue = self.loader_queue()
+        if queue > start:
+            start = queue
+            reason = (f"a DataLoader queue of {queue} batches (num_workers x prefetch_factor) "
+                      "drains first")
+            if steps >= start and self._draining() and steps < self.skip + DRAIN_LIMIT * queue:
+                start = steps + 1
+        length = self.schedule.steps + queue  # the warm-up grows by the queue, see above
+        if self.max_steps is not None and start > self.max_steps - length:
+            start = max(self.max_steps - length, self.skip, 1)
+            reason += f" (as far as --steps {self.max_steps} allows)"
+        return start, reason
 
-    def _start_session(self) -> None:
+    def _draining(self) -> bool:
+        """Whether the batches waiting in the queue are still falling."""
+        ready = self.ready()[-STEADY_READINGS:]
+        return (len(ready) == STEADY_READINGS and ready[-1] > 1
+                and any(b < a for a, b in itertools.pairwise(ready)))
+
+    def step_ended(self, steps: int) -> bool:
+        """``steps`` training steps ran. Returns True when the script should stop now (the
+        final window is checked and ``stop_after_window``)."""
+        if self.done:
+            return False
+        if self.session is None:
+            start, reason = self.start_step(steps)
+            if steps >= start:
+                self._start_session(steps, reason)
+            return False
+        if self.session.trace_path is None:
+            self.session.step()
+            return False
+        check = self._check(steps, final=False)
+        if check is None:
+            return False  # still timing the steps after the window
+        self.checks.append(check)
+        if check.representative is False and self._retries > 0:
+            self._retries -= 1
+            self._supersede()
+            self._start_session(steps, f"profiled again: the window at steps {check.first_step}"
+                                       f"-{check.last_step} was not steady state")
+            return False
+        self.done = True
+        marker = self.out / WINDOW_MARKER.format(rank=self.rank)  # the parent may diagnose it
+        marker.write_bytes(msgspec.json.encode(self.checks))
+        return self.stop_after_window
+
+    def finish_checks(self, steps: int) -> None:
+        """At the end of the run: a window whose check was cut short is recorded as is."""
+        if not self.done and self.session is not None and self.session.trace_path is not None:
+            check = self._check(steps, final=True)
+            if check is not None:
+                self.checks.append(check)
+
+    def _window(self) -> tuple[int, int]:
+        first = self._started_at + self.schedule.wait + self._warmup + 1
+        return first, first + self.schedule.active - 1
+
+    def _check(self, steps: int, *, final: bool) -> WindowCheck | None:
+        first, last = self._window()
+        # last + 1 carries the trace export, during which the workers refill their queue
+        after_first = last + 2 + self.loader_queue()
+        if steps < after_first + CHECK_STEPS - 1 and not final:
+            return None
+        durations = self.clock.host_step_ms()  # index i: step i + 2
+
+        def times(lo: int, hi: int) -> list[float]:
+            return [durations[n - 2] for n in range(max(lo, 2), hi + 1) if n - 2 < len(durations)]
+
+        inside = times(first, last)
+        after = times(after_first, min(steps, after_first + CHECK_STEPS - 1))
+        if not inside:
+            return None
+        profiled = statistics.fmean(inside)
+        check = WindowCheck(first_step=first, last_step=last, skipped_steps=self._started_at,
+                            skip_reason=self._reason, profiled_mean_ms=round(profiled, 3),
+                            threshold=th.WINDOW_DRIFT.value)
+        if len(after) >= CHECK_STEPS:
+            later = statistics.fmean(after)
+            check.after_mean_ms, check.after_steps = round(later, 3), len(after)
+            check.representative = later <= profiled * (1 + th.WINDOW_DRIFT.value)
+        return check
+
+    def _supersede(self) -> None:
+        """Close the current session and keep its trace aside, in ``superseded/``."""
+        session, self.session = self.session, None
+        try:
+            session.__exit__(None, None, None)
+        finally:
+            aside = self.out / "superseded"
+            aside.mkdir(parents=True, exist_ok=True)
+            if session.trace_path is not None and session.trace_path.exists():
+                shutil.move(str(session.trace_path), aside / session.trace_path.name)
+
+    def _start_session(self, steps: int, reason: str) -> None:
         from torchtriage.capture.session import ProfileSession
 
+        self._started_at, self._reason = steps, reason
+        # tracing starts with a pause in which a worker DataLoader refills its queue
+        self._warmup = self.schedule.warmup + self.loader_queue()
         self.session = ProfileSession(
             self.out, analyze=False, device_memory=self.device_memory,
             worker_name=f"rank{self.rank}_{os.getpid()}", record_name=f"run.rank{self.rank}.json",
-            wait=self.schedule.wait, warmup=self.schedule.warmup, active=self.schedule.active,
+            wait=self.schedule.wait, warmup=self._warmup, active=self.schedule.active,
         )
         self.session.__enter__()

@@ -34,6 +34,8 @@ def record_fields(rank: int, mode: RunMode, clock: StepClock, detector: StepDete
         "first_step_s": clock.first_step_s(),
         "warmup_end_s": clock.warmup_end_s(),
         "compile": compile_summary(),
+        "warmup_steps": clock.warmup if mode == "time" else None,
+        "loader_queue": signals.loader_queue,
     }
 
 

@@ -9,11 +9,13 @@ SIGKILL), and finally diagnoses every rank trace in the run directory into ``dia
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,11 +23,12 @@ import msgspec
 
 from torchtriage.diagnosis.diagnose import diagnose_out_of_memory
 from torchtriage.diagnosis.job import JobDiagnosis
-from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.diagnosis.result import Diagnosis, WindowCheck
 from torchtriage.diagnosis.traces import DiagnoseOptions, diagnose_traces
 from torchtriage.errors import TorchtriageError
 from torchtriage.results.registry import read_document
 from torchtriage.results.run import (
+    WINDOW_MARKER,
     KnobOutcome,
     RunConfig,
     RunRecord,
@@ -37,6 +40,8 @@ from torchtriage.trace.discover import TRACE_SUFFIXES
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds torchtriage/
 TERM_GRACE_S = 15.0
+POLL_S = 0.5  # how often the parent looks for an early window while the command trains
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,6 +80,7 @@ def run_command(
     timeout: float | None = None,
     quiet_output: bool = False,
     log: Path | None = None,
+    on_window: Callable[[Path, list[WindowCheck]], None] | None = None,
 ) -> RunResult:
     """Run ``command`` under the bootstrap with ``config`` (its ``out`` is the run directory);
     return what it recorded (never raises for the command's own failures: the caller reports
@@ -88,13 +94,17 @@ def run_command(
         timeout: seconds before the command is stopped (SIGTERM, then SIGKILL).
         quiet_output: send the command's stdout to /dev/null.
         log: send the command's stdout and stderr to this file instead of the terminal.
+        on_window: called once, while the command goes on training, when a single-process
+            run has profiled and checked its window (``window.rank0.json``), with the run
+            directory and the window checks: diagnose it now, not at exit.
     """
     out = Path(config.out)
     if not command:
         raise TorchtriageError("no command to run: put it after --, e.g. "
                                "torchtriage run -- python train.py")
     out.mkdir(parents=True, exist_ok=True)
-    for stale in [*out.glob("run.rank*.json"), *_trace_files(out), out / "diagnosis.json"]:
+    for stale in [*out.glob("run.rank*.json"), *out.glob("window.rank*.json"),
+                  *_trace_files(out), out / "diagnosis.json"]:
         stale.unlink(missing_ok=True)
     resolved = msgspec.structs.replace(config, out=str(out.resolve()))
     env = dict(os.environ)
@@ -114,19 +124,52 @@ def run_command(
             raise TorchtriageError(f"command not found: {command[0]}") from None
         except PermissionError:
             raise TorchtriageError(f"command not executable: {command[0]}") from None
-        returncode, timed_out = _wait(proc, timeout)
+        returncode, timed_out = _wait(proc, timeout, _window_watch(out, on_window))
     traces, records = rank_files(out)
     return RunResult(out=out, returncode=returncode, timed_out=timed_out, traces=traces,
                      records=records)
 
 
-def _wait(proc: subprocess.Popen, timeout: float | None) -> tuple[int, bool]:
-    """Wait for the command (stopping it after ``timeout``): its exit status, and whether it
-    timed out."""
+def _window_watch(out: Path, on_window: Callable[[Path, list[WindowCheck]], None] | None
+                  ) -> Callable[[], None] | None:
+    """A poll that calls ``on_window`` once rank 0's window marker appears (one rank only)."""
+    if on_window is None:
+        return None
+    done = False
+
+    def poll() -> None:
+        nonlocal done
+        marker = out / WINDOW_MARKER.format(rank=0)
+        if done or not marker.exists() or (out / WINDOW_MARKER.format(rank=1)).exists():
+            return
+        done = True
+        try:
+            checks = msgspec.json.decode(marker.read_bytes(), type=list[WindowCheck])
+            on_window(out, checks)
+        except Exception as exc:  # the final diagnosis at exit still comes
+            log.warning("torchtriage: diagnosing the window early failed (%s)", exc)
+
+    return poll
+
+
+def _wait(proc: subprocess.Popen, timeout: float | None,
+          poll: Callable[[], None] | None = None) -> tuple[int, bool]:
+    """Wait for the command (stopping it after ``timeout``), calling ``poll`` now and then:
+    its exit status, and whether it timed out."""
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        return proc.wait(timeout=timeout), False
-    except subprocess.TimeoutExpired:
-        return _stop(proc), True
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            step = POLL_S if poll is not None else left
+            if left is not None and step is not None:
+                step = min(step, max(left, 0.0))
+            try:
+                return proc.wait(timeout=step), False
+            except subprocess.TimeoutExpired:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return _stop(proc), True
+                if poll is not None:
+                    poll()
     except KeyboardInterrupt:
         _stop(proc)
         raise
@@ -186,6 +229,7 @@ def diagnose_run_dir(out: Path, traces: list[Path], records: list[RunRecord],
         oom=any(r.oom for r in records),  # set by the session's is_out_of_memory()
         machine={r.rank: r.machine for r in records},
         out_of_memory={r.rank: r.out_of_memory for r in records if r.out_of_memory},
+        windows={r.rank: r.windows for r in records if r.windows},
         workers=1)
     doc = diagnose_traces(traces, options)
     (out / "diagnosis.json").write_text(doc.to_json() + "\n")

@@ -1,5 +1,6 @@
 """What the training process says about each step besides its time: the loss passed to
-``backward()`` and the batch size of the first tensor each DataLoader yields.
+``backward()``, the batch size of the first tensor each DataLoader yields, and how many
+batches a DataLoader with workers keeps in flight (``num_workers x prefetch_factor``).
 
 Losses are kept detached and read once at the end (no sync per step). When
 ``memory.grad_accumulation`` split the batches (``micro_batches > 1``), a step's loss is the
@@ -14,6 +15,16 @@ from torchtriage.capture.knob_host import KnobHost
 from torchtriage.results.run import LossPoint
 
 MAX_BATCH_SIZES = 64  # batch sizes kept in the run record
+READY_KEPT = 8  # recent ready-queue readings kept
+
+
+def _ready_batches(it: Any) -> int | None:
+    """Batches a worker DataLoader iterator has received and not yet handed out (None when
+    the platform cannot tell)."""
+    try:
+        return int(it._data_queue.qsize())
+    except Exception:  # qsize is not implemented everywhere (macOS)
+        return None
 
 
 class SignalRecorder:
@@ -27,6 +38,10 @@ class SignalRecorder:
         self.batch_sizes: list[int] = []
         self._loss_this_step = False
         self._batch_this_step = False
+        # the most batches a DataLoader had in flight (num_workers x prefetch_factor)
+        self.loader_queue = 0
+        # batches already waiting in a worker DataLoader's queue after each fetch (recent)
+        self.ready: list[int] = []
 
     def new_step(self) -> None:
         """The next backward / batch belongs to the next step."""
@@ -60,7 +75,15 @@ class SignalRecorder:
         rec = self
 
         def __next__(it):
+            in_flight = (getattr(it, "_num_workers", 0) or 0) * (
+                getattr(it, "_prefetch_factor", 0) or 0)
+            if in_flight > rec.loader_queue:
+                rec.loader_queue = in_flight
             batch = original_next(it)
+            if in_flight:
+                ready = _ready_batches(it)
+                if ready is not None:
+                    rec.ready = [*rec.ready[-(READY_KEPT - 1):], ready]
             if not rec._batch_this_step or rec.host.micro_batches > 1:
                 size = _batch_size(batch, torch)
                 if size is not None:

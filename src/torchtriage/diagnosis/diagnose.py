@@ -52,6 +52,7 @@ def diagnose(
     top: int = 10,
     machine: dict | None = None,
     out_of_memory: r.OutOfMemory | None = None,
+    windows: list[r.WindowCheck] | None = None,
 ) -> r.Diagnosis:
     """Classify the trace's bottleneck layer and prescribe fixes, cheapest first.
 
@@ -63,6 +64,8 @@ def diagnose(
         oom: the profiled run raised an out-of-memory error.
         top: rows in each top-ops table.
         out_of_memory: what that error said (its figures become the memory layer's evidence).
+        windows: ``torchtriage run``'s checks of its profiled windows, the last one this
+            trace's: a window that was not steady state is said so and lowers the confidence.
     """
     steps = find_steps(trace)
     breakdown = step_breakdown(trace, steps)
@@ -96,6 +99,10 @@ def diagnose(
     verdicts[primary].evidence.insert(0, margin_evidence)
 
     findings = _step_findings(steps)
+    window = windows[-1] if windows else None
+    if window is not None and window.representative is False:
+        confidence = CONFIDENCE_LEVELS[max(CONFIDENCE_LEVELS.index(confidence) - 1, 0)]
+    findings.extend(_window_findings(windows or []))
     for layer in (primary, *[x for x in ("memory", *ranked) if x != primary]):
         findings.extend(verdicts[layer].findings)
     dynamic = dynamic_shape_ops(trace, steps)
@@ -153,7 +160,35 @@ def diagnose(
             algbw_gbps=_round(c.algbw_gbps, 3), busbw_gbps=_round(c.busbw_gbps, 3))
             for c in facts.collectives],
         out_of_memory=out_of_memory,
+        window=window,
+        superseded_windows=list(windows[:-1]) if windows else [],
     )
+
+
+def _window_findings(windows: list[r.WindowCheck]) -> list[r.Finding]:
+    """What the run's window checks say (see capture/profiling.py)."""
+    out = []
+    for old in windows[:-1]:
+        out.append(r.Finding(
+            id="steps.window_profiled_again", severity="info",
+            message=f"The window at steps {old.first_step}-{old.last_step} was not steady state "
+                    f"({old.profiled_mean_ms:.1f} ms per step profiled, "
+                    f"{old.after_mean_ms or 0:.1f} ms after it): profiled again later."))
+    if windows and windows[-1].representative is False:
+        w = windows[-1]
+        out.append(r.Finding(
+            id="steps.window_not_steady", severity="warning",
+            message=f"The profiled steps {w.first_step}-{w.last_step} ran at "
+                    f"{w.profiled_mean_ms:.1f} ms per step, the {w.after_steps} steps after "
+                    f"them at {w.after_mean_ms or 0:.1f} ms: the window was not steady state "
+                    "(a DataLoader queue filled earlier, a warm-up), so this verdict may not "
+                    "hold for the rest of the run.",
+            evidence=[r.Evidence(metric="after_over_profiled_step_time",
+                                 value=round((w.after_mean_ms or 0) / w.profiled_mean_ms, 4)
+                                 if w.profiled_mean_ms else 0.0, unit="ratio",
+                                 threshold=1 + w.threshold, comparison=">", fired=True,
+                                 source=th.WINDOW_DRIFT.source)]))
+    return out
 
 
 def diagnose_out_of_memory(report: r.OutOfMemory, *, device_memory: int | None = None,

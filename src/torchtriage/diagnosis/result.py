@@ -252,6 +252,21 @@ class OutOfMemory(msgspec.Struct, kw_only=True):
     peak_allocated_bytes_by_step: list[int] = []
 
 
+class WindowCheck(msgspec.Struct, kw_only=True):
+    """Was the profiled window steady state? Its host step times against a few unprofiled
+    steps after it (``torchtriage run``)."""
+
+    first_step: int  # the window's first and last active step, counted from the first step
+    last_step: int
+    skipped_steps: int  # steps run before the window started
+    skip_reason: str  # why the window started there (--skip, a DataLoader queue to drain)
+    profiled_mean_ms: float  # host time per step inside the window
+    after_mean_ms: float | None = None  # the unprofiled steps after it (None: not reached)
+    after_steps: int = 0
+    representative: bool | None = None  # None: the script ended before the check
+    threshold: float = 0.25  # window_drift
+
+
 class CaptureInfo(msgspec.Struct, kw_only=True):
     """How ``torchtriage.profile`` ran (absent for traces captured elsewhere)."""
 
@@ -285,6 +300,8 @@ class Diagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     collectives: list[CollectiveRow] = []
     capture: CaptureInfo | None = None
     out_of_memory: OutOfMemory | None = None  # the run ran out of memory: what it said
+    window: WindowCheck | None = None  # torchtriage run: whether the window was steady state
+    superseded_windows: list[WindowCheck] = []  # earlier windows that were not, profiled again
 
     @property
     def rank_diagnoses(self) -> list[Diagnosis]:

@@ -157,7 +157,26 @@ MIN_STEPS_FOR_CONFIDENCE = Threshold(
     "seed schedule: 5 active steps; TraceML min_steps policies",
 )
 
+WINDOW_DRIFT = Threshold(
+    "window_drift", 0.25, "fraction of step time",
+    "after the profiling window, a few unprofiled steps are timed; when their mean host step "
+    "time exceeds the window's by more than this, the window was not steady state (a "
+    "DataLoader queue still full of batches prepared earlier, a warm-up) and it is profiled "
+    "again later; only slower-after counts, since the profiler itself only adds time",
+    "torchtriage default: well above step-to-step noise (a few per cent) and the profiler's "
+    "usual overhead on the steps after the window; the ImageNet case that prompted it differed "
+    "by 90 %",
+)
+WINDOW_CHECK_STEPS = Threshold(
+    "window_check_steps", 5, "steps",
+    "unprofiled steps timed after the window for that check (the step right after the window, "
+    "which carries the trace export, is not counted)",
+    "torchtriage default: a median of 5 is robust to one odd step",
+)
+
 ALL: tuple[Threshold, ...] = (
+    WINDOW_DRIFT,
+    WINDOW_CHECK_STEPS,
     MEMORY_NEAR_CAPACITY,
     MEMORY_FRAGMENTATION,
     FRAGMENTATION_MIN_RESERVED,

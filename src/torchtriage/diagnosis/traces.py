@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from torchtriage.analysis.steps import find_steps
 from torchtriage.analysis.timeline import Timeline, timeline
 from torchtriage.diagnosis.diagnose import diagnose
 from torchtriage.diagnosis.job import JobDiagnosis, diagnose_job
-from torchtriage.diagnosis.result import Diagnosis, OutOfMemory
+from torchtriage.diagnosis.result import Diagnosis, OutOfMemory, WindowCheck
 from torchtriage.trace.discover import find_trace_files, rank_of_trace_file
 from torchtriage.trace.ingest import MEMORY_LIMIT_ENV, default_memory_limit, load_trace
 from torchtriage.trace.model import Trace
@@ -41,6 +40,7 @@ class DiagnoseOptions:
         oom: the profiled run ran out of memory (``torchtriage run`` knows; a trace does not).
         machine: per rank, the machine samples ``torchtriage run`` recorded.
         out_of_memory: per rank, the out-of-memory error the run raised (its figures).
+        windows: per rank, ``torchtriage run``'s checks of its profiled windows.
         workers: processes for several traces (default: one per core, at most one per trace).
     """
 
@@ -49,6 +49,7 @@ class DiagnoseOptions:
     oom: bool = False
     machine: Mapping[int, Any] | None = None
     out_of_memory: Mapping[int, OutOfMemory] | None = None
+    windows: Mapping[int, list[WindowCheck]] | None = None
     workers: int | None = None
 
 
@@ -100,6 +101,10 @@ def _run(paths: TracePaths, options: DiagnoseOptions, detail: bool
     workers = min(len(files), options.workers or os.cpu_count() or 1)
     if workers <= 1:
         return [_diagnose_file(p, options, None, detail) for p in files]
+    # imported here: concurrent.futures registers an atexit hook on import, which fails when
+    # this runs at interpreter exit (the bootstrap's rank 0 diagnoses its run at exit)
+    from concurrent.futures import ProcessPoolExecutor
+
     limit, source = default_memory_limit()
     share = None if source == MEMORY_LIMIT_ENV else limit // workers
     n = len(files)
@@ -115,7 +120,8 @@ def _diagnose_file(path: Path, options: DiagnoseOptions, memory_limit: int | Non
     machine = options.machine.get(rank) if options.machine else None
     report = options.out_of_memory.get(rank) if options.out_of_memory else None
     diagnosis = diagnose(trace, device_memory=options.device_memory, oom=options.oom,
-                         top=options.top, machine=machine, out_of_memory=report)
+                         top=options.top, machine=machine, out_of_memory=report,
+                         windows=options.windows.get(rank) if options.windows else None)
     return diagnosis, (_detail(trace) if detail else None)
 
 

@@ -41,11 +41,10 @@ from torchtriage.fix.patch import make_patch
 from torchtriage.report.fix_view import fix_markdown
 from torchtriage.results.ab import ABResult, Trial
 from torchtriage.results.fix import Attempt, FixResult, FixStep, Profiled
-from torchtriage.results.run import KnobOutcome, RunConfig, Schedule, merge_knob_outcomes
+from torchtriage.results.run import KnobOutcome, RunConfig, merge_knob_outcomes
 from torchtriage.verify.ab import run_ab
 from torchtriage.verify.settings import TrialSettings
 
-PROFILE_STEPS = Schedule().steps + 1  # the profiler schedule's steps and one more
 COMPILE_ESTIMATE_S = 45.0  # cold torch.compile, before one has been measured
 Progress = Callable[[str, int, int, Trial | None], None]
 
@@ -155,7 +154,7 @@ class _Loop:
         self._say(f"profiling ({label})")
         start = time.monotonic()
         device_memory = self.settings.device_memory
-        config = RunConfig(out=str(run_dir), knobs=knobs, max_steps=PROFILE_STEPS,
+        config = RunConfig(out=str(run_dir), knobs=knobs, stop_after_window=True,
                            device_memory=device_memory)
         result = run_command(self.command, config, timeout=self.settings.trial.timeout,
                              log=run_dir / "output.log")

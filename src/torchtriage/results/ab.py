@@ -50,6 +50,7 @@ class Trial(msgspec.Struct, kw_only=True):
     warmup_end_s: float | None = None  # process start to the end of warm-up
     compile: dict[str, Any] | None = None  # what torch.compile did (seconds, graph breaks, ...)
     batch_size: int | None = None
+    warmup_steps: int | None = None  # run before the measured window (a DataLoader queue adds)
     error: str | None = None
     dir: str = ""
     reused: bool = False  # measured earlier for the same configuration (fix loop)

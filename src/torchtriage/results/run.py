@@ -9,12 +9,15 @@ from typing import Any, Literal
 
 import msgspec
 
-from torchtriage.diagnosis.result import OutOfMemory
+from torchtriage.diagnosis.result import OutOfMemory, WindowCheck
 from torchtriage.document import JsonDocument
 
 SCHEMA = "torchtriage.run/1"
 CONFIG_SCHEMA = "torchtriage.run-config/1"
 RunMode = Literal["profile", "time"]
+# written by the bootstrap once a window is profiled and checked (profile mode), so that the
+# parent can diagnose it while the script trains on: the WindowCheck list, as JSON
+WINDOW_MARKER = "window.rank{rank}.json"
 
 
 class Schedule(msgspec.Struct, kw_only=True, frozen=True):
@@ -42,6 +45,8 @@ class RunConfig(JsonDocument, msgspec.Struct, kw_only=True):
     device_memory: int | None = None  # capacity for the memory rule, bytes
     mode: RunMode = "profile"  # "time": no profiler, step times only (A/B trials)
     timing_warmup: int = 0  # timing mode: steps before the measured window
+    # profile mode: stop the script once the (final) window is profiled and checked
+    stop_after_window: bool = False
     schedule: Schedule = msgspec.field(default_factory=Schedule)
 
 
@@ -107,6 +112,12 @@ class RunRecord(JsonDocument, msgspec.Struct, kw_only=True):
     machine: dict[str, Any] | None = None  # machine samples (CPU, memory) while it ran
     exit_exception: str | None = None  # how the script failed, when it did
     out_of_memory: OutOfMemory | None = None  # the script ran out of memory: what it said
+    # profile mode: each profiled window and whether it was steady state (the last is current)
+    windows: list[WindowCheck] = []
+    # timing mode: the warm-up steps actually run before the measured window (the requested
+    # warm-up plus a DataLoader queue to drain)
+    warmup_steps: int | None = None
+    loader_queue: int = 0  # the most batches a DataLoader had in flight
 
     @property
     def loss_values(self) -> list[float]:

@@ -10,8 +10,8 @@ from torchtriage.errors import TraceError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # Files torchtriage itself writes next to traces (diagnosis.json, run.json, run.rank<N>.json,
-# ab.json, compare.json, fix.json).
-_OWN_FILES = re.compile(r"^(diagnosis|run(\.rank\d+)?|ab|compare|fix)\.json$")
+# window.rank<N>.json, ab.json, compare.json, fix.json).
+_OWN_FILES = re.compile(r"^(diagnosis|run(\.rank\d+)?|window\.rank\d+|ab|compare|fix)\.json$")
 
 
 def find_trace_files(path: str | os.PathLike[str]) -> list[Path]:

@@ -218,14 +218,15 @@ def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], ou
     if result.returncode != 0:
         return Trial(status="failed", error=_failure(result.returncode, exits, trial_dir),
                      **base)
-    per_rank = [r.host_step_ms for r in records]
-    measured = [t[warmup - 1:] for t in per_rank]  # interval i is step i + 2
+    # each rank's warm-up, grown by the bootstrap while a DataLoader queue drained
+    used = max((r.warmup_steps or warmup for r in records), default=warmup)
+    measured = [r.host_step_ms[used - 1:] for r in records]  # interval i is step i + 2
     n = min((len(t) for t in measured), default=0)
     if n < MIN_MEASURED_STEPS:
         detected = max((r.steps_detected for r in records), default=0)
         why = ("no training step detected (no optimizer.step() and no torchtriage.step())"
                if not detected else f"the script ran {detected} step(s); a trial needs "
-               f"{warmup} warm-up + at least {MIN_MEASURED_STEPS} measured")
+               f"{used} warm-up + at least {MIN_MEASURED_STEPS} measured")
         return Trial(status="too_few_steps", error=note or why, **base)
     step_ms = [round(max(t[i] for t in measured), 3) for i in range(n)]
     mean_ms = statistics.fmean(step_ms)
@@ -236,7 +237,7 @@ def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], ou
         losses=rank0.loss_values,
         warmup_end_s=rank0.warmup_end_s, compile=rank0.compile,
         batch_size=statistics.median(rank0.batch_sizes) if rank0.batch_sizes else None,
-        error=note, **base)
+        warmup_steps=used, error=note, **base)
 
 
 def _failure(returncode: int, exits: list[str], trial_dir: Path) -> str:
