@@ -210,7 +210,8 @@ def _diagnosis(primary: str, prescriptions: list[tuple[str, str]], gpu: bool = T
 
     return NS(primary=primary, trace=NS(mode="gpu" if gpu else "cpu", world_size=1),
               collectives=[], prescriptions=[NS(id=i, layer=layer, code="...")
-                                             for i, layer in prescriptions])
+                                             for i, layer in prescriptions],
+              breakdown=NS(steps=[], median_step_ms=0.0), layers={})
 
 
 def test_loop_falls_back_to_foreach_then_to_the_runner_up_layer(tmp_path):
@@ -235,3 +236,57 @@ def test_loop_never_injects_a_change_of_effective_batch(tmp_path):
     diagnosis = _diagnosis("communication", [("ddp.grad_accumulation", "communication")])
     assert loop._govern(diagnosis) == "nothing left to try for the communication layer"
     assert order == [] and "effective batch" in loop.fix_steps[0].why
+
+
+def test_a_promising_but_unclear_ab_gets_a_second_look_before_the_search_moves_on(tmp_path):
+    """num_workers=2 measured 1.52x [1.01-2.44]: `no_change` on few trials, not evidence of no
+    effect. The same A/B runs again with twice the trials (the first look's reused) at a
+    Bonferroni-tightened 97.5 %, and the search goes on when it is then clear."""
+    from types import SimpleNamespace as NS
+
+    from torchtriage.fix.candidates import Search
+    from torchtriage.fix.loop import FixSettings, _Budget, _Loop
+    from torchtriage.verify.settings import TrialSettings
+
+    settings = FixSettings(trial=TrialSettings(trials=3, warmup=3, steps=10, min_effect=0.02))
+    loop = _Loop(["python", TINY], tmp_path, _Budget(600), settings, None)
+    calls = []
+
+    def result(verdict, speedup, low, high, trials):
+        return NS(verdict=verdict, speedup=speedup, ci_low=low, ci_high=high, trials=trials,
+                  knobs={}, parity=NS(status="pass", max_deviation=None, tolerance=1e-3),
+                  summary="", startup=None, out="ab")
+
+    def fake_ab(knobs, label, *, settings=None, prior=None, min_fresh=0):
+        calls.append((knobs, settings, prior, min_fresh))
+        value = knobs["dataloader.num_workers"]
+        trial = NS(arm="B", status="ok", reused=False, compile=None, wall_s=1.0)
+        if value == 2 and settings is None:
+            return result("no_change", 1.52, 1.01, 2.44, [trial])
+        if value == 2:
+            return result("faster", 1.61, 1.35, 1.9, [trial])
+        return result("no_change", 1.01, 0.95, 1.06, [trial])
+
+    loop._ab = fake_ab
+    outcome, verdict = loop._search(Search("dataloader.num_workers", "dataloader.num_workers",
+                                           (2, 4)), "data_loading", 0)
+    assert (outcome, verdict) == ("kept", "no_change")  # 2 kept, then 4 no better
+    second = calls[1]
+    assert second[1].trials == 6 and second[1].confidence == pytest.approx(0.975)
+    assert second[2]["B"] and second[3] == 2
+    assert loop.kept == {"dataloader.num_workers": 2}
+    assert len(calls) == 3  # 4 after 2 was kept; its plain no_change gets no second look
+
+
+def test_the_worker_search_starts_where_the_trace_points():
+    from torchtriage.diagnosis.knobs import search_values, served, workers_to_hide_loading
+
+    # a Python tokenizer in the training process: 130 of 145 ms per step is loading
+    assert workers_to_hide_loading(130.0, 145.0, 0) == 10
+    # -j 4 still loading-bound at 100 ms steps of which 40 ms compute: 4 x 100 / 40 + 1
+    assert workers_to_hide_loading(60.0, 100.0, 4) == 11
+    assert workers_to_hide_loading(0.0, 100.0, 0) is None
+    _, serves = served("dataloader.num_workers")
+    assert search_values(serves, cores=16, nccl=False, workers_hint=10) == (10, 20, 32)
+    assert search_values(serves, cores=16, nccl=False) == (2, 4, 8, 16, 32)
+    assert search_values(serves, cores=2, nccl=False, workers_hint=40) == (4,)

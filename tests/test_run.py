@@ -199,9 +199,9 @@ def test_steps_that_end_before_the_window_are_refused(tmp_path):
                     str(SCRIPTS / "tiny_loop.py"))
     assert proc.returncode == 2 and not out.exists()
     assert proc.stderr.strip() == (
-        "torchtriage: error: --steps 12 stops the script before the profiling window ends: it "
-        "starts after --skip 30 steps and records 8; use --steps of at least 38 (--steps "
-        "counts every training step, skipped ones too)")
+        "torchtriage: error: --steps 12 stops the script before profiling starts after --skip "
+        "30 steps (--steps counts every training step, skipped ones too); for a whole window "
+        "use --steps 38 or more")
 
 
 def test_early_exit_says_no_step_was_detected(tmp_path):

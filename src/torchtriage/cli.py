@@ -245,11 +245,11 @@ def run_script(
     (or -- torchrun --nproc_per_node=N train.py ARGS)."""
     knobs = parse_knobs(knob or [])  # refused before the script starts
     window = Schedule()
-    if steps is not None and steps < skip + window.steps:
+    if steps is not None and steps <= skip:
         raise TorchtriageError(
-            f"--steps {steps} stops the script before the profiling window ends: it starts "
-            f"after --skip {skip} steps and records {window.steps}; use --steps of at least "
-            f"{skip + window.steps} (--steps counts every training step, skipped ones too)")
+            f"--steps {steps} stops the script before profiling starts after --skip {skip} "
+            f"steps (--steps counts every training step, skipped ones too); for a whole "
+            f"window use --steps {skip + window.steps} or more")
     capacity = _capacity(device_memory)
     command = python_command(list(ctx.args))
     runs = _open_store(store, required=False)

@@ -36,6 +36,7 @@ def record_fields(rank: int, mode: RunMode, clock: StepClock, detector: StepDete
         "compile": compile_summary(),
         "warmup_steps": clock.warmup if mode == "time" else None,
         "loader_queue": signals.loader_queue,
+        "loader_workers": signals.loader_workers,
     }
 
 

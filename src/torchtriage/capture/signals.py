@@ -42,6 +42,7 @@ class SignalRecorder:
         self.loader_queue = 0
         # batches already waiting in a worker DataLoader's queue after each fetch (recent)
         self.ready: list[int] = []
+        self.loader_workers = 0  # the most worker processes a DataLoader used
 
     def new_step(self) -> None:
         """The next backward / batch belongs to the next step."""
@@ -79,6 +80,7 @@ class SignalRecorder:
                 getattr(it, "_prefetch_factor", 0) or 0)
             if in_flight > rec.loader_queue:
                 rec.loader_queue = in_flight
+                rec.loader_workers = max(rec.loader_workers, it._num_workers)
             batch = original_next(it)
             if in_flight:
                 ready = _ready_batches(it)

@@ -279,19 +279,43 @@ def rungs() -> dict[str, tuple[Knob, Rung]]:
     return {r.prescription: (k, r) for k in KNOBS for r in k.rungs}
 
 
-def search_values(serves: Serves, *, cores: int, nccl: bool) -> tuple[Any, ...]:
-    """The values to try for a prescription, in order (rules computed from the machine)."""
+def search_values(serves: Serves, *, cores: int, nccl: bool,
+                  workers_hint: int | None = None) -> tuple[Any, ...]:
+    """The values to try for a prescription, in order (rules computed from the machine).
+
+    ``workers``: the number of workers the trace says hides loading (``workers_hint``, see
+    :func:`workers_to_hide_loading`) first, then doubling; without a hint 2, 4, 8, ...; never
+    beyond twice the cores (I/O-bound loading hides latency beyond the core count)."""
     if serves.rule == "workers":
-        top = max(4, 2 * cores)  # I/O-bound loading hides latency beyond the core count
+        top = max(4, 2 * cores)
+        n = min(max(workers_hint or 2, 2), top)
         values = []
-        n = 2
         while n <= top:
             values.append(n)
             n *= 2
+        if values[-1] < top and values[0] != 2:  # the hint's doubling stops short of the top
+            values.append(top)
         return tuple(values)
     if serves.rule == "comm_hook":
         return ("bf16",) if nccl else ("fp16",)
     return serves.values
+
+
+def workers_to_hide_loading(loading_ms: float, step_ms: float, workers: int) -> int | None:
+    """How many DataLoader workers hide loading, from one profiled window.
+
+    With ``workers`` = 0 the training process loads each batch itself: a batch takes
+    ``loading_ms`` to make and the rest of the step, ``step_ms - loading_ms``, is compute; w
+    workers hide loading when one batch per compute time comes out of them: w = loading /
+    compute. With ``workers`` > 0 and loading still exposed, the step is paced by the workers:
+    each makes a batch in ``workers x step_ms``, so w = workers x step / compute. Rounded up
+    and one more (the workers' own start and jitter). None without exposed loading."""
+    compute = step_ms - loading_ms
+    if loading_ms <= 0 or step_ms <= 0:
+        return None
+    compute = max(compute, 0.05 * step_ms)  # a step that is all loading: 20 workers at most
+    per_batch = loading_ms if workers == 0 else workers * step_ms
+    return int(-(-per_batch // compute)) + 1
 
 
 def not_reached(knob_id: str) -> str:

@@ -21,6 +21,7 @@ from torchtriage.diagnosis.knobs import (
     Condition,
     search_values,
     served,
+    workers_to_hide_loading,
 )
 
 __all__ = ["NOT_INJECTED", "Context", "Search", "machine_context", "search_for"]
@@ -35,6 +36,7 @@ class Context:
     kept: dict[str, Any]  # knobs kept so far
     distributed: bool = False
     nccl: bool = False
+    workers_hint: int | None = None  # DataLoader workers the trace says hide loading
 
 
 @dataclass(frozen=True)
@@ -64,16 +66,24 @@ def search_for(prescription: str, ctx: Context) -> Search | None:
     if found is None:
         return None
     knob, serves = found
-    values = search_values(serves, cores=ctx.cores, nccl=ctx.nccl)
+    values = search_values(serves, cores=ctx.cores, nccl=ctx.nccl,
+                           workers_hint=ctx.workers_hint)
     fallback = (Search(prescription, serves.fallback, values)
                 if serves.fallback is not None else None)
     return Search(prescription, knob.id, values, dict(serves.extra) or None,
                   why_not=_why_not(serves.needs, ctx), fallback=fallback)
 
 
-def machine_context(kept: dict[str, Any], diagnosis: Any) -> Context:
-    """The context from a diagnosis (mode, ranks, collectives) and this machine's cores."""
+def machine_context(kept: dict[str, Any], diagnosis: Any, loader_workers: int = 0) -> Context:
+    """The context from a diagnosis (mode, ranks, collectives, the loading share of its steps),
+    the workers its DataLoader used (``loader_workers``, from the run record) and this
+    machine's cores."""
     nccl = any(c.source == "nccl kernel" for c in getattr(diagnosis, "collectives", []))
     world = getattr(diagnosis.trace, "world_size", None) or 1
+    steps = len(diagnosis.breakdown.steps)
+    hint = None
+    if steps and "data_loading" in diagnosis.layers:
+        hint = workers_to_hide_loading(diagnosis.layers["data_loading"].time_ms / steps,
+                                       diagnosis.breakdown.median_step_ms, loader_workers)
     return Context(gpu=diagnosis.trace.mode == "gpu", cores=os.cpu_count() or 1, kept=kept,
-                   distributed=world > 1, nccl=nccl)
+                   distributed=world > 1, nccl=nccl, workers_hint=hint)

@@ -23,6 +23,7 @@ verify each with an A/B, keep what is proven, re-profile, move on.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,7 +46,9 @@ from torchtriage.results.run import KnobOutcome, RunConfig, merge_knob_outcomes
 from torchtriage.verify.ab import run_ab
 from torchtriage.verify.settings import TrialSettings
 
-COMPILE_ESTIMATE_S = 45.0  # cold torch.compile, before one has been measured
+COMPILE_ESTIMATE_S = 45.0
+# a `no_change` A/B whose speedup is at least 1 + this x min_effect gets a second look
+PROMISING = 5  # cold torch.compile, before one has been measured
 Progress = Callable[[str, int, int, Trial | None], None]
 
 
@@ -133,6 +136,7 @@ class _Loop:
         self.fix_steps: list[FixStep] = []
         self.rounds: list[Profiled] = []
         self.original_oom: OutOfMemory | None = None  # the original ran out of memory
+        self.loader_workers = 0  # DataLoader workers the last profile round's script used
         self.original: list[Trial] = []  # baseline trials of the original configuration
         self.incumbent: list[Trial] = []  # trials of the current kept configuration
         self.trials_run = 0
@@ -163,6 +167,7 @@ class _Loop:
         losses = [x for r in result.records if r.rank == 0 for x in r.loss_values]
         outcomes = result.knobs
         self.profile_outcomes[str(run_dir)] = outcomes
+        self.loader_workers = max((r.loader_workers for r in result.records), default=0)
         write_diagnosis(result, device_memory)  # None without a trace, unless it ran out
         return _representative(result.diagnosis), losses, oom, outcomes
 
@@ -246,7 +251,8 @@ class _Loop:
 
     def _try(self, prescription, layer: str, diagnosis) -> str:
         round_no = len(self.rounds) - 1
-        search = search_for(prescription.id, machine_context(self.kept, diagnosis))
+        search = search_for(prescription.id,
+                            machine_context(self.kept, diagnosis, self.loader_workers))
         if search is None:
             self.tried[prescription.id] = (99, dict(self.kept), "not_injectable")
             why = NOT_INJECTED.get(prescription.id, f"needs a code change: {prescription.code}")
@@ -298,6 +304,8 @@ class _Loop:
                 step.result = "failed"
                 step.why = f"{search.knob}={value!r}: {exc}"
                 return "baseline_failed", verdict
+            if self._inconclusive(ab):
+                ab = self._second_look(knobs, f"{search.knob}={value}", ab)
             verdict = ab.verdict
             attempt = _attempt(value, ab)
             step.attempts.append(attempt)
@@ -317,22 +325,48 @@ class _Loop:
             break
         return ("kept" if step.kept_value is not None else step.result), verdict
 
-    def _ab(self, knobs: dict[str, Any], label: str) -> ABResult:
+    def _ab(self, knobs: dict[str, Any], label: str, *, settings: TrialSettings | None = None,
+            prior: dict[str, list[Trial]] | None = None, min_fresh: int = 0) -> ABResult:
         self.ab_count += 1
         ab_dir = self.out / "ab" / f"{self.ab_count:02d}-{label}"
         prefix = f"{label}: "
         progress = (lambda text, k, n, trial: self.progress(prefix + text, k, n, trial)
                     ) if self.progress else None
-        ab = run_ab(self.command, ab_dir, self.settings.trial, knobs=knobs,
-                    baseline_knobs=self.kept, adaptive=True, progress=progress,
-                    prior={"A": self.incumbent} if self.incumbent else None,
-                    deadline=self.budget.start + self.budget.seconds)
+        if prior is None and self.incumbent:
+            prior = {"A": self.incumbent}
+        ab = run_ab(self.command, ab_dir, settings or self.settings.trial, knobs=knobs,
+                    baseline_knobs=self.kept, adaptive=True, progress=progress, prior=prior,
+                    min_fresh=min_fresh, deadline=self.budget.start + self.budget.seconds)
         fresh = [t for t in ab.trials if not t.reused]
         self.trials_run += len(fresh)
         self.budget.trial_s.extend(t.wall_s for t in fresh)
         if not self.kept and not self.original:
             self.original = [t for t in ab.trials if t.arm == "A" and t.status == "ok"]
         return ab
+
+    def _inconclusive(self, ab: ABResult) -> bool:
+        """A `no_change` whose point estimate is large and whose interval reaches past the
+        minimum effect: too few trials to tell, not evidence of no effect."""
+        min_effect = self.settings.trial.min_effect
+        return (ab.verdict == "no_change" and ab.speedup is not None
+                and ab.speedup >= 1 + PROMISING * min_effect
+                and (ab.ci_high or 0) > 1 + min_effect)
+
+    def _second_look(self, knobs: dict[str, Any], label: str, first: ABResult) -> ABResult:
+        """The same A/B once more with up to twice the trials, the first look's trials
+        reused; its interval is at 1 - (1 - confidence) / 2 so that two looks together keep
+        the error rate of one (Bonferroni)."""
+        trial = self.settings.trial
+        settings = dataclasses.replace(trial, trials=2 * trial.trials,
+                                       confidence=1 - (1 - trial.confidence) / 2)
+        fits, _ = self.budget.allows(2 * trial.trials)
+        if not fits:
+            return first
+        self._say(f"{label}: {first.speedup:.2f}x but not clear, a second look")
+        prior = {arm: [t for t in first.trials if t.arm == arm and t.status == "ok"]
+                 for arm in ("A", "B")}
+        return self._ab(knobs, label + " (second look)", settings=settings, prior=prior,
+                        min_fresh=2)
 
     def _keep(self, knobs: dict[str, Any]) -> None:
         for knob, value in knobs.items():

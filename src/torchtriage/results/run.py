@@ -118,6 +118,7 @@ class RunRecord(JsonDocument, msgspec.Struct, kw_only=True):
     # warm-up plus a DataLoader queue to drain)
     warmup_steps: int | None = None
     loader_queue: int = 0  # the most batches a DataLoader had in flight
+    loader_workers: int = 0  # the most worker processes a DataLoader used
 
     @property
     def loss_values(self) -> list[float]:

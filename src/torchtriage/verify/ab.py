@@ -125,7 +125,7 @@ def run_ab(
                 stopped[arm] = trial.error or trial.status  # fails from the start: it will again
                 break
             if (adaptive and fresh % 2 == 0 and fresh >= min_fresh
-                    and _decided(done, knobs, settings.min_effect)):
+                    and _decided(done, knobs, settings.min_effect, settings.confidence)):
                 break
     except KeyboardInterrupt:
         if store:
@@ -166,7 +166,8 @@ def _next_arm(done: list[Trial], trials: int) -> str | None:
 FAR_SLOWER = 3.0  # a candidate this many times slower in its first trial is not tried again
 
 
-def _decided(done: list[Trial], knobs: dict[str, Any], min_effect: float) -> bool:
+def _decided(done: list[Trial], knobs: dict[str, Any], min_effect: float,
+             confidence: float = policy.CONFIDENCE.value) -> bool:
     """Whether the trials so far already answer the question (see ``run_ab(adaptive=)``)."""
     a = [t for t in done if t.arm == "A" and t.status == "ok"]
     b = [t for t in done if t.arm == "B" and t.status == "ok"]
@@ -177,7 +178,8 @@ def _decided(done: list[Trial], knobs: dict[str, Any], min_effect: float) -> boo
         return False
     if check_parity([t.losses for t in a], [t.losses for t in b], knobs).status == "fail":
         return True
-    s = speedup_interval([t.step_ms for t in a], [t.step_ms for t in b], statistic="mean")
+    s = speedup_interval([t.step_ms for t in a], [t.step_ms for t in b], statistic="mean",
+                         confidence=confidence)
     inside = 1 / (1 + min_effect) < s.ci_low and s.ci_high < 1 + min_effect
     return verdict(s, min_effect) != "no_change" or inside
 
@@ -283,7 +285,7 @@ def _result(done: list[Trial], arms, knobs: dict[str, Any], settings: TrialSetti
     parity = check_parity([t.losses for t in a_ok], [t.losses for t in b_ok], knobs)
     if not a_ok or not b_ok:
         parity.detail = "an arm completed no trial"
-    common = dict(confidence=policy.CONFIDENCE.value, min_effect=min_effect, parity=parity,
+    common = dict(confidence=settings.confidence, min_effect=min_effect, parity=parity,
                   a=a, b=b, knobs=outcomes, trials_per_arm=settings.trials,
                   warmup=settings.warmup, steps=settings.steps, trials=done, out=str(out))
     if not a_ok or not b_ok:
@@ -294,7 +296,7 @@ def _result(done: list[Trial], arms, knobs: dict[str, Any], settings: TrialSetti
                         verdict="failed", speed_verdict=None, speedup=None, ci_low=None,
                         ci_high=None, startup=None, **common)
     s = speedup_interval([t.step_ms for t in a_ok], [t.step_ms for t in b_ok],
-                         statistic="mean")
+                         statistic="mean", confidence=settings.confidence)
     speed = verdict(s, min_effect)
     if min(len(a_ok), len(b_ok)) < 2:  # no spread to judge by: only a gross slowdown counts
         speed = "slower" if s.speedup < 1 / FAR_SLOWER else "no_change"

@@ -15,3 +15,5 @@ class TrialSettings:
     steps: int = 10  # measured steps per trial
     timeout: float | None = None  # seconds per trial; a trial past it is recorded as timeout
     min_effect: float = policy.MIN_EFFECT.value  # the smallest speedup that counts
+    # coverage of the speedup's interval (a second look at the same question asks for more)
+    confidence: float = policy.CONFIDENCE.value
