@@ -101,11 +101,19 @@ def bench(name: str, args, out: Path) -> dict:
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    rc = torchtriage(["run", "--out", str(d / "run"), "--steps", str(args.run_steps), *store,
-                      "--", *base], d / "run.log")
+    rc = torchtriage(["run", "--out", str(d / "run"), "--stop-after-window", "--timeout",
+                      str(args.run_timeout), *store, "--", *base], d / "run.log")
     diag = read(d / "run" / "diagnosis.json")
     row["diagnosed"] = diag.get("primary")
+    window = diag.get("window") or {}
+    row["window"] = (f"{window.get('first_step')}-{window.get('last_step')}"
+                     if window else None)
+    row["representative"] = window.get("representative")
+    row["median_step_ms"] = (diag.get("breakdown") or {}).get("median_step_ms")
     row["run_rc"], row["run_error"] = rc, "" if rc == 0 else error_line(d / "run.log")
+    if args.classify_only:
+        row["seconds"] = round(time.perf_counter() - started, 1)
+        return row
     rc = torchtriage(["fix", "--out", str(d / "fix"), "--budget", args.budget, "--trials",
                       str(args.trials), "--steps", str(args.steps), *store, "--", *base],
                      d / "fix.log")
@@ -151,6 +159,20 @@ def ci(value, low, high) -> str:
     return f"{value:.2f}" + (f" [{low:.2f}-{high:.2f}]" if low is not None else "")
 
 
+def print_classification(rows: list[dict]) -> None:
+    print("| script | expected | diagnosed at steady state | window | representative | "
+          "median step ms | s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        diagnosed = r["diagnosed"] or f"- (run exit {r['run_rc']})"
+        step = f"{r['median_step_ms']:.1f}" if r.get("median_step_ms") else "-"
+        print(f"| {r['script']} | {r['expected']} | {diagnosed} | {r.get('window') or '-'} | "
+              f"{r.get('representative')} | {step} | {r['seconds']:.0f} |", flush=True)
+    for r in rows:
+        if r["run_error"]:
+            print(f"{r['script']}: torchtriage run exit {r['run_rc']}: {r['run_error']}")
+
+
 def print_table(rows: list[dict]) -> None:
     print("| script | expected | diagnosed | fix kept | fix speedup [CI] | hand speedup [CI] "
           "| share | s |")
@@ -192,7 +214,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=None, help="trials per arm (3; quick 2)")
     parser.add_argument("--steps", type=int, default=None,
                         help="measured steps per trial (10; quick 3)")
-    parser.add_argument("--run-steps", type=int, default=10, help="torchtriage run --steps")
+    parser.add_argument("--run-timeout", type=int, default=300,
+                        help="seconds for `torchtriage run --stop-after-window`")
+    parser.add_argument("--classify-only", action="store_true",
+                        help="only `run`: the diagnosed layer at steady state, no fix or A/B")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="also write the rows as JSON")
     args = parser.parse_args()
@@ -204,10 +229,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)
         for name in names:
-            print(f"{name}: run, fix (budget {args.budget}), hand fix A/B ...", file=sys.stderr,
-                  flush=True)
+            what = "run" if args.classify_only else f"run, fix (budget {args.budget}), hand A/B"
+            print(f"{name}: {what} ...", file=sys.stderr, flush=True)
             rows.append(bench(name, args, out))
-    print_table(rows)
+    (print_classification if args.classify_only else print_table)(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
 

@@ -229,6 +229,9 @@ def run_script(
     skip: Annotated[int, typer.Option("--skip", min=0, help="Training steps to run before "
                                       "the profiling window, at least (a DataLoader's queue "
                                       "of prepared batches drains first).")] = 0,
+    stop_after_window: Annotated[bool, typer.Option(
+        "--stop-after-window", help="Stop the script cleanly once the steady-state window is "
+        "profiled and checked (a long job's diagnosis, then exit).")] = False,
     timeout: Annotated[float | None, typer.Option("--timeout", min=1, help="Stop the command "
                                                   "after S seconds, keeping what was "
                                                   "recorded.")] = None,
@@ -255,7 +258,7 @@ def run_script(
     runs = _open_store(store, required=False)
     run_id = runs.start_run("run", command, knobs=knobs, out_dir=out) if runs else None
     config = RunConfig(out=str(out), knobs=knobs, max_steps=steps, skip=skip,
-                       device_memory=capacity)
+                       device_memory=capacity, stop_after_window=stop_after_window)
     console = Console(stderr=json_out)
     early: list[Diagnosis | JobDiagnosis] = []
 
@@ -273,7 +276,8 @@ def run_script(
                       "follows when the script exits (Ctrl-C stops it and keeps it all)[/dim]")
 
     result = run_command(command, config, timeout=timeout, quiet_output=json_out,
-                         on_window=window_done if steps is None and not json_out else None)
+                         on_window=window_done if steps is None and not json_out
+                         and not stop_after_window else None)
     write_diagnosis(result, capacity, top)  # an out-of-memory error without a trace too
     doc = result.diagnosis
     if html_out is not None and doc is not None:
