@@ -288,5 +288,7 @@ def test_the_worker_search_starts_where_the_trace_points():
     assert workers_to_hide_loading(0.0, 100.0, 0) is None
     _, serves = served("dataloader.num_workers")
     assert search_values(serves, cores=16, nccl=False, workers_hint=10) == (10, 20, 32)
+    # 21 predicted on 16 cores: 15 first (one core for the training process), then more
+    assert search_values(serves, cores=16, nccl=False, workers_hint=21) == (15, 30, 32)
     assert search_values(serves, cores=16, nccl=False) == (2, 4, 8, 16, 32)
-    assert search_values(serves, cores=2, nccl=False, workers_hint=40) == (4,)
+    assert search_values(serves, cores=2, nccl=False, workers_hint=40) == (2, 4)

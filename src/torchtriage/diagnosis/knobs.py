@@ -284,11 +284,13 @@ def search_values(serves: Serves, *, cores: int, nccl: bool,
     """The values to try for a prescription, in order (rules computed from the machine).
 
     ``workers``: the number of workers the trace says hides loading (``workers_hint``, see
-    :func:`workers_to_hide_loading`) first, then doubling; without a hint 2, 4, 8, ...; never
-    beyond twice the cores (I/O-bound loading hides latency beyond the core count)."""
+    :func:`workers_to_hide_loading`) first, at most one per core but one (CPU-bound loading,
+    a Python tokenizer say, only loses to more workers than cores), then doubling; without a
+    hint 2, 4, 8, ...; never beyond twice the cores (I/O-bound loading hides latency beyond
+    the core count, which the doubling finds)."""
     if serves.rule == "workers":
         top = max(4, 2 * cores)
-        n = min(max(workers_hint or 2, 2), top)
+        n = min(max(workers_hint or 2, 2), max(cores - 1, 2))
         values = []
         while n <= top:
             values.append(n)
