@@ -365,3 +365,16 @@ def test_sigkill_mid_run_leaves_every_completed_trial_in_the_store(tmp_path, run
     assert "interrupted" in history.stdout
     shown = cli("show", str(run.id))
     assert shown.returncode == 2 and "completed trial(s) are stored" in shown.stderr
+
+
+def test_a_run_record_with_a_diverged_loss_reads_back_and_fails_parity():
+    """JSON has no NaN: a diverged step's loss is written null and read back as NaN."""
+    import math
+
+    from torchtriage.results.run import LossPoint, RunRecord, decode_record
+
+    record = RunRecord(losses=[LossPoint(0, 2.0), LossPoint(1, math.nan)])
+    back = decode_record(record.to_json())
+    assert back.loss_values[0] == 2.0 and math.isnan(back.loss_values[1])
+    parity = check_parity([[2.0, 1.9]], [back.loss_values], {})
+    assert parity.status == "fail" and "diverged" in parity.detail

@@ -5,6 +5,7 @@ the knob outcomes it carries and the profiler schedule shared by every profiling
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import msgspec
@@ -72,7 +73,7 @@ class ProfilerStepTime(msgspec.Struct):
 
 class LossPoint(msgspec.Struct):
     step: int
-    loss: float
+    loss: float | None  # None: not finite (JSON has no NaN; a diverged run writes null)
 
 
 class RunRecord(JsonDocument, msgspec.Struct, kw_only=True):
@@ -122,7 +123,8 @@ class RunRecord(JsonDocument, msgspec.Struct, kw_only=True):
 
     @property
     def loss_values(self) -> list[float]:
-        return [x.loss for x in self.losses]
+        """The losses in step order, NaN where the run's loss was not finite."""
+        return [math.nan if x.loss is None else x.loss for x in self.losses]
 
 
 def decode_record(data: bytes | str) -> RunRecord:
