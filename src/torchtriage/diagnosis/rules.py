@@ -147,15 +147,10 @@ def memory_rule(f: Facts) -> tuple[bool, Verdict]:
         if peak.peak_reserved > 0 and big_cache:
             idle = (peak.reserved_at_peak_allocated - peak.peak_allocated)
             frag = idle / peak.reserved_at_peak_allocated if peak.reserved_at_peak_allocated else 0
-            fev = share_evidence(f"fragmentation[{peak.device}]", frag, th.MEMORY_FRAGMENTATION)
-            v.evidence.append(fev)
-            if frag >= th.MEMORY_FRAGMENTATION.value:
-                v.findings.append(Finding(
-                    id="memory.fragmentation", severity="warning", layer="memory",
-                    message=f"{frag:.0%} of reserved memory on {peak.device} is idle at the "
-                            "allocated peak (fragmentation).", evidence=[fev]))
-                v.remedies.append((BY_ID["memory.expandable_segments"],
-                                   f"{frag:.0%} of the reserved cache is unused at the peak"))
+            _fragmentation(v, peak.device, frag,
+                           f"{frag:.0%} of reserved memory on {peak.device} is idle at the "
+                           "allocated peak (fragmentation).",
+                           f"{frag:.0%} of the reserved cache is unused at the peak")
     if not assessed and f.memory:
         v.findings.append(Finding(
             id="memory.capacity_unknown", severity="info", layer="memory",
@@ -208,15 +203,21 @@ def out_of_memory_evidence(v: Verdict, report: OutOfMemory | None) -> None:
     idle, used = report.reserved_unallocated_bytes, report.allocated_bytes
     if idle and used is not None and idle + used > 0:
         frag = idle / (idle + used)
-        fev = share_evidence("fragmentation[oom]", frag, th.MEMORY_FRAGMENTATION)
-        v.evidence.append(fev)
-        if frag >= th.MEMORY_FRAGMENTATION.value:
-            v.findings.append(Finding(
-                id="memory.fragmentation", severity="warning", layer="memory",
-                message=f"{frag:.0%} of the reserved memory was idle when it ran out "
-                        "(fragmentation).", evidence=[fev]))
-            v.remedies.append((BY_ID["memory.expandable_segments"],
-                               f"{idle / 2**30:.2f} GiB reserved but unallocated at the error"))
+        _fragmentation(v, "oom", frag,
+                       f"{frag:.0%} of the reserved memory was idle when it ran out "
+                       "(fragmentation).",
+                       f"{idle / 2**30:.2f} GiB reserved but unallocated at the error")
+
+
+def _fragmentation(v: Verdict, where: str, frag: float, message: str, reason: str) -> None:
+    """Fragmentation evidence; at MEMORY_FRAGMENTATION or more a finding and expandable
+    segments."""
+    fev = share_evidence(f"fragmentation[{where}]", frag, th.MEMORY_FRAGMENTATION)
+    v.evidence.append(fev)
+    if frag >= th.MEMORY_FRAGMENTATION.value:
+        v.findings.append(Finding(id="memory.fragmentation", severity="warning", layer="memory",
+                                  message=message, evidence=[fev]))
+        v.remedies.append((BY_ID["memory.expandable_segments"], reason))
 
 
 # --- data loading -------------------------------------------------------------------------
