@@ -24,6 +24,7 @@ verify each with an A/B, keep what is proven, re-profile, move on.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ from torchtriage.fix.patch import make_patch
 from torchtriage.report.fix_view import fix_markdown
 from torchtriage.results.ab import ABResult, Trial
 from torchtriage.results.fix import Attempt, FixResult, FixStep, Profiled
-from torchtriage.results.run import KnobOutcome, RunConfig, merge_knob_outcomes
+from torchtriage.results.run import KnobOutcome, RunConfig, RunRecord, merge_knob_outcomes
 from torchtriage.verify.ab import run_ab
 from torchtriage.verify.settings import TrialSettings
 
@@ -57,7 +58,9 @@ class _Budget:
         self.seconds = seconds
         self.start = time.monotonic()
         self.trial_s: list[float] = []  # wall time of the A/B trials run so far
-        self.profile_s = 0.0  # the first profile run: the estimate before any trial
+        self.profile_s = 0.0  # the first profile run's wall time
+        # before any trial: the first profile's start-up plus a trial's steps at its pace
+        self.trial_estimate_s = 0.0
 
     @property
     def elapsed(self) -> float:
@@ -66,7 +69,8 @@ class _Budget:
     def allows(self, trials: int, compile_s: float = 0.0) -> tuple[bool, float]:
         """Whether ``trials`` more trials fit in what is left, and the estimate."""
         recent = self.trial_s[-8:]
-        per_trial = sum(recent) / len(recent) if recent else (self.profile_s or 10.0)
+        per_trial = (sum(recent) / len(recent) if recent
+                     else self.trial_estimate_s or self.profile_s or 10.0)
         need = trials * per_trial + compile_s * trials / 2
         return self.elapsed + need <= self.seconds, need
 
@@ -162,7 +166,9 @@ class _Loop:
                            device_memory=device_memory)
         result = run_command(self.command, config, timeout=self.settings.trial.timeout,
                              log=run_dir / "output.log")
-        self.budget.profile_s = self.budget.profile_s or time.monotonic() - start
+        if not self.budget.profile_s:
+            self.budget.profile_s = time.monotonic() - start
+            self.budget.trial_estimate_s = _trial_estimate(result.rank0(), self.settings.trial)
         oom = result.oom
         losses = [x for r in result.records if r.rank == 0 for x in r.loss_values]
         outcomes = result.knobs
@@ -412,6 +418,16 @@ class _Loop:
     def _say(self, text: str) -> None:
         if self.progress:
             self.progress(text, 0, 0, None)
+
+
+def _trial_estimate(record: RunRecord | None, trial: TrialSettings) -> float:
+    """Seconds an A/B trial takes, from a profile run's record: its start-up (to the first
+    step's end) and its median step time over a trial's warm-up and measured steps (the
+    profile itself runs more steps, under the profiler: its wall time overstates a trial)."""
+    if record is None or record.first_step_s is None or not record.host_step_ms:
+        return 0.0
+    step_s = statistics.median(record.host_step_ms) / 1e3
+    return record.first_step_s + (trial.warmup + trial.steps) * step_s
 
 
 def _representative(doc: Diagnosis | JobDiagnosis | None) -> Diagnosis | None:
