@@ -46,11 +46,22 @@ def hostile_trace(path: Path) -> Path:
     return path
 
 
-def test_analyze_html_escapes_names_from_the_trace(tmp_path):
-    out, md = tmp_path / "r.html", tmp_path / "r.md"
-    proc = cli("analyze", str(hostile_trace(tmp_path / "t.json")), "--html", str(out),
-               "--md", str(md))
+@pytest.fixture(scope="module")
+def hostile_report(tmp_path_factory) -> tuple[Path, Path]:
+    """`analyze --html --md` of the hostile trace, run once: the escaping test reads the files
+    and the browser test renders the page."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    out, md = tmp / "r.html", tmp / "r.md"
+    with pytest.MonkeyPatch.context() as mp:  # a store of its own, never the user's
+        mp.setenv("TORCHTRIAGE_STORE", str(tmp / "runs.sqlite"))
+        proc = cli("analyze", str(hostile_trace(tmp / "t.json")), "--html", str(out),
+                   "--md", str(md))
     assert proc.returncode == 0, proc.stderr
+    return out, md
+
+
+def test_analyze_html_escapes_names_from_the_trace(hostile_report):
+    out, md = hostile_report
     assert "### Bottleneck: **" in md.read_text()
     page = out.read_text()
     assert HOSTILE not in page and "<img src=x" not in page
@@ -127,22 +138,27 @@ def _chromium() -> str | None:
 
 
 @pytest.mark.parametrize("case", ["gpu", "two_ranks", "hostile"])
-def test_report_renders_in_headless_chromium(tmp_path, case):
+def test_report_renders_in_headless_chromium(tmp_path, case, request):
     browser = _chromium()
     if browser is None:
         if os.environ.get("TORCHTRIAGE_REQUIRE_BROWSER"):
             pytest.fail("TORCHTRIAGE_REQUIRE_BROWSER is set and no chromium was found")
         pytest.skip("no chromium on this machine (.ci/run installs Debian's)")
-    out = tmp_path / f"{case}.html"
-    source = {"gpu": GPU_TRACE, "two_ranks": TWO_RANKS,
-              "hostile": hostile_trace(tmp_path / "t.json")}[case]
-    proc = cli("analyze", str(source), "--html", str(out))
-    assert proc.returncode == 0, proc.stderr
+    if case == "hostile":  # the page the escaping test above checked as text
+        out = request.getfixturevalue("hostile_report")[0]
+    else:
+        out = tmp_path / f"{case}.html"
+        proc = cli("analyze", str({"gpu": GPU_TRACE, "two_ranks": TWO_RANKS}[case]), "--html",
+                   str(out))
+        assert proc.returncode == 0, proc.stderr
     flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
              "--disable-dev-shm-usage", "--allow-file-access-from-files",
              "--virtual-time-budget=10000", "--enable-logging=stderr", "--v=0",
              f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([*flags, "--dump-dom", out.as_uri()], capture_output=True, text=True,
+    # one browser start: the DOM once the page has run, and a screenshot of the same load
+    shot = tmp_path / f"{case}.png"
+    dom = subprocess.run([*flags, "--window-size=1280,2400", f"--screenshot={shot}",
+                          "--dump-dom", out.as_uri()], capture_output=True, text=True,
                          timeout=180)
     assert dom.returncode == 0, dom.stderr[-2000:]
     console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line]
@@ -156,9 +172,6 @@ def test_report_renders_in_headless_chromium(tmp_path, case):
         assert "<img" not in html and "&lt;script&gt;alert('pwned')&lt;/script&gt;" in html
     if case == "two_ranks":
         assert 'id="ranks"' in html
-    shot = tmp_path / f"{case}.png"
-    subprocess.run([*flags, "--window-size=1280,2400", f"--screenshot={shot}", out.as_uri()],
-                   capture_output=True, timeout=180, check=True)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if os.environ.get("TORCHTRIAGE_ARTIFACTS"):  # CI keeps the screenshots
         artifacts = Path(os.environ["TORCHTRIAGE_ARTIFACTS"])

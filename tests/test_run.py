@@ -32,16 +32,34 @@ def trace_text(out_dir: Path) -> str:
     return gzip.decompress(path.read_bytes()).decode()
 
 
+@pytest.fixture(scope="module")
+def example_run(tmp_path_factory):
+    """`torchtriage run --steps 9 [EXTRA] --json -- python examples/NAME.py`, run once per
+    example and module: the verdict test below and the knob tests' baselines share it."""
+    done: dict[tuple[str, ...], tuple[subprocess.CompletedProcess, Path]] = {}
+
+    def get(example: str, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+        key = (example, *extra)
+        if key not in done:
+            tmp = tmp_path_factory.mktemp(example)
+            with pytest.MonkeyPatch.context() as mp:  # a store of its own, never the user's
+                mp.setenv("TORCHTRIAGE_STORE", str(tmp / "runs.sqlite"))
+                done[key] = run(tmp, "--steps", "9", *extra, "--json", "--", "python",
+                                str(EXAMPLES / f"{example}.py"))
+        return done[key]
+
+    return get
+
+
 @pytest.mark.parametrize(("example", "layer", "extra"), [
     ("data_starved", "data_loading", []),
     ("compute_bound", "kernel", []),
     ("launch_bound", "host", []),
     ("memory_pressure", "memory", ["--device-memory", "267MiB"]),
 ])
-def test_examples_unmodified_get_the_in_process_verdict(tmp_path, example, layer, extra):
+def test_examples_unmodified_get_the_in_process_verdict(example_run, example, layer, extra):
     # The same layers as tests/test_examples.py gets through torchtriage.profile().
-    proc, out = run(tmp_path, "--steps", "9", *extra, "--json", "--",
-                    "python", str(EXAMPLES / f"{example}.py"))
+    proc, out = example_run(example, *extra)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["schema"] == "torchtriage.diagnosis/1" and doc["primary"] == layer
@@ -84,9 +102,9 @@ def _losses(out_dir: Path) -> list[float]:
     return [x["loss"] for x in record(out_dir)["losses"]]
 
 
-def test_dataloader_knobs_take_effect_and_keep_the_loss(tmp_path):
+def test_dataloader_knobs_take_effect_and_keep_the_loss(tmp_path, example_run):
     script = ["--", "python", str(EXAMPLES / "data_starved.py")]
-    base, base_out = run(tmp_path, "--steps", "9", *script, out="base")
+    base, base_out = example_run("data_starved")  # run --steps 9 without knobs
     proc, out = run(tmp_path, "--steps", "9", "--knob", "dataloader.num_workers=2",
                     "--knob", "dataloader.persistent_workers=true",
                     "--knob", "dataloader.prefetch_factor=4",
@@ -109,9 +127,9 @@ def test_dataloader_knobs_take_effect_and_keep_the_loss(tmp_path):
     ("amp.bf16=true", "c10::BFloat16", 5e-2),
     ("compile.mode=default", "Torch-Compiled Region", 1e-3),
 ])
-def test_model_knobs_take_effect_and_keep_the_loss(tmp_path, knob, evidence, rel):
+def test_model_knobs_take_effect_and_keep_the_loss(tmp_path, example_run, knob, evidence, rel):
     script = ["--steps", "9", "--", "python", str(EXAMPLES / "launch_bound.py")]
-    base, base_out = run(tmp_path, *script, out="base")
+    base, base_out = example_run("launch_bound")  # the same run without the knob
     proc, out = run(tmp_path, "--knob", knob, *script, out="knob")
     assert base.returncode == 0 and proc.returncode == 0, proc.stderr
     (entry,) = record(out)["knobs"].values()
