@@ -181,8 +181,8 @@ def test_out_of_memory_before_the_window_is_still_a_memory_diagnosis(tmp_path, a
 def test_the_window_waits_for_the_dataloader_queue_to_drain(tmp_path):
     """16 batches prepared during a pause before training hide a loader that cannot keep up:
     a window at steps 4-8 measures the queue (kernel-bound); at steady state it is loading."""
-    proc, out = run(tmp_path, "--steps", "70", "--", "python",
-                    str(SCRIPTS / "queued_loader.py"), "--steps", "70")
+    proc, out = run(tmp_path, "--steps", "110", "--", "python",
+                    str(SCRIPTS / "queued_loader.py"), "--steps", "110")
     assert proc.returncode == 0, proc.stderr
     d = json.loads((out / "diagnosis.json").read_text())
     assert record(out)["loader_queue"] == 16
