@@ -31,9 +31,15 @@ def test_fix_data_starved_searches_workers_keeps_the_best_and_writes_a_patch(tmp
     (work / "examples").mkdir(parents=True)
     shutil.copy(REPO / "examples" / "data_starved.py", work / "examples")
     page = tmp_path / "fix.html"
-    proc, result, out = fix(tmp_path, "--trials", "3", "--steps", "6", "--html", str(page),
-                            "--", "python", "examples/data_starved.py", "--steps", "1000",
-                            cwd=work)
+    # The budget ends the loop soon after the num_workers search (a profile and 2 A/Bs, ~50 s
+    # on 2 cores), whose result this test checks. With the default 10m it went on to
+    # prefetch_factor, persistent_workers, bf16 and two compile modes (~210 s in all), none of
+    # them asserted on. The search's 2nd value is tried when the time of a profile, the first
+    # A/B (4 trials, 6 when 2 per arm do not decide it) and 2 more trials fits: 37-47 s here,
+    # so a machine ~2x slower still gets it. The final A/B has no deadline.
+    proc, result, out = fix(tmp_path, "--budget", "90s", "--trials", "3", "--steps", "6",
+                            "--html", str(page), "--", "python", "examples/data_starved.py",
+                            "--steps", "1000", cwd=work)
     assert proc.returncode == 0, proc.stderr
     assert result["schema"] == "torchtriage.fix/1"
     first = result["steps"][0]
@@ -64,8 +70,14 @@ def test_fix_data_starved_searches_workers_keeps_the_best_and_writes_a_patch(tmp
 
 
 def test_fix_compute_bound_keeps_nothing_unproven_and_says_why(tmp_path):
-    proc, result, _ = fix(tmp_path, "--budget", "45s", "--trials", "3", "--steps", "5", "--",
-                          "python", "examples/compute_bound.py", "--steps", "1000")
+    # The fewest steps a trial takes (2 warm-up + 3 measured): bf16's trial runs >10x slower
+    # per step (seconds a step here). The budget fits bf16's A/B, which is tried when 5 x the
+    # first profile's time fits (a profile over 9 s, on a busy machine, left 45 s too little:
+    # "skipped"), and never a compile mode's (4 trials and 2 x 45 s of estimated
+    # compilation), so the loop does no more than it did with 45 s.
+    proc, result, _ = fix(tmp_path, "--budget", "90s", "--trials", "3", "--warmup", "2",
+                          "--steps", "3", "--", "python", "examples/compute_bound.py",
+                          "--steps", "1000")
     assert proc.returncode == 0, proc.stderr
     assert result["rounds"][0]["primary"] == "kernel"
     for step in result["steps"]:
@@ -79,7 +91,7 @@ def test_fix_compute_bound_keeps_nothing_unproven_and_says_why(tmp_path):
     assert results["amp.bf16"]["result"] == "dropped"
     assert "slower" in results["amp.bf16"]["attempts"][0]["note"]
     # the budget is honoured and named as the reason
-    assert result["elapsed_s"] < 45 + 30
+    assert result["elapsed_s"] < 90 + 30
     assert "budget" in result["stopped_because"] or "proven" in result["stopped_because"]
     assert "kernel" in proc.stdout
 
