@@ -69,6 +69,26 @@ def test_fix_data_starved_searches_workers_keeps_the_best_and_writes_a_patch(tmp
     assert runs and runs[0]["status"] == "done"
 
 
+def test_fix_notices_a_profile_its_own_trials_contradict_and_profiles_again(tmp_path):
+    """The Dataset slows down 50x after 60 steps: long after the profile's window and its
+    check, but before the A/B trials' 10 measured steps (after 60 warm-up steps). The first
+    A/B's baseline trials then measure a slower job than the profile saw; the round says so
+    and the next profile starts after step 70."""
+    proc, result, out = fix(tmp_path, "--budget", "50s", "--trials", "2", "--warmup", "60",
+                            "--steps", "10", "--", "python", str(SCRIPTS / "late_loader.py"),
+                            "400", "60")
+    assert proc.returncode == 0, proc.stderr
+    first = result["rounds"][0]
+    assert first["window_agrees"] is False, first
+    assert first["trials_step_ms"] > 1.25 * first["median_step_ms"]
+    assert "disagree" in proc.stdout + proc.stderr and "after step 70" in proc.stdout + \
+        proc.stderr
+    assert len(result["rounds"]) == 2  # profiled again, from after the trials' steps
+    record = json.loads((out / "profiles" / "1-round1" / "run.rank0.json").read_text())
+    assert record["windows"][0]["skipped_steps"] >= 70, record["windows"]
+    assert "window disagrees" in (out / "fix.md").read_text()
+
+
 def test_fix_compute_bound_keeps_nothing_unproven_and_says_why(tmp_path):
     # The fewest steps a trial takes (2 warm-up + 3 measured): bf16's trial runs >10x slower
     # per step (seconds a step here). The budget fits bf16's A/B, which is tried when 5 x the

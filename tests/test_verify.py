@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from torchtriage.errors import TorchtriageError
 from torchtriage.verify.parity import check_parity
-from torchtriage.verify.stats import Speedup, speedup_interval, verdict
+from torchtriage.verify.stats import Speedup, outlier_trial, speedup_interval, verdict
 from torchtriage.verify.store import RunStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -281,13 +281,32 @@ def test_ab_more_dataloader_workers_is_faster(tmp_path):
         == "faster"
 
 
-def test_ab_of_a_knob_that_changes_nothing_is_no_change(tmp_path):
+@pytest.mark.parametrize("means, expected", [
+    ([163, 166, 300], 2),  # a third trial run while another job loaded the machine
+    ([300, 163, 166, 170], 0),
+    ([100, 104, 112], None),  # ordinary trial noise
+    ([100, 100.5, 110], None),  # two close trials do not make a 10 % third an outlier
+    ([35, 53, 175], 2),  # 4x the others' median, which agree within 1.5x
+    ([35, 60, 120], None),  # the others disagree too much to judge by
+    ([100, 180], None),  # two trials: nothing to judge by
+    ([100, 100, 149], None),  # under outlier_trial_ratio
+])
+def test_outlier_trial_needs_agreeing_siblings_and_a_large_gap(means, expected):
+    assert outlier_trial(means) == expected
+
+
+def test_ab_of_a_no_op_knob_replaces_a_disturbed_trial_and_says_so(tmp_path):
+    marker = tmp_path / "first-run"
     proc, result = ab(tmp_path, "--knob", "cudnn.benchmark=true", "--trials", "3",
-                      "--steps", "8", "--", "python", "examples/compute_bound.py",
-                      "--steps", "100")
+                      "--warmup", "2", "--steps", "4", "--", "python", TINY, "--steps", "20",
+                      "--sleep-ms", "40", "--slow-first-run", str(marker))
     assert proc.returncode == 0, proc.stderr
+    assert result["outlier_trials"] == ["A1"], result["trials"]
+    assert [t["arm"] + str(t["idx"]) for t in result["trials"]] == \
+        ["A1", "B1", "B2", "A2", "A3", "B3", "A4"]  # A1 is replaced
+    assert result["a"]["trials_ok"] == 3 and result["a"]["mean_step_ms"] < 100
     assert result["verdict"] == "no_change", result["summary"]
-    assert result["ci_low"] <= 1.02 and result["parity"]["status"] == "pass"
+    assert "Trial A1" in result["summary"] and "outlier" in result["summary"]
 
 
 def test_ab_a_fix_that_changes_results_is_not_a_win(tmp_path):

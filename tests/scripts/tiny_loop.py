@@ -6,9 +6,12 @@
     --oom-at K       raise torch.OutOfMemoryError at step K
     --unseeded       draw the data from an unseeded generator (losses differ run to run)
     --scale S        multiply the loss (a "fix" that changes results)
+    --slow-first-run MARKER  the first process to run (the one that creates MARKER) sleeps
+                     4x --sleep-ms per step: a trial disturbed by another job
 """
 
 import argparse
+import os
 import time
 
 import torch
@@ -20,7 +23,14 @@ parser.add_argument("--crash", action="store_true")
 parser.add_argument("--oom-at", type=int, default=None)
 parser.add_argument("--unseeded", action="store_true")
 parser.add_argument("--scale", type=float, default=1.0)
+parser.add_argument("--slow-first-run", default=None)
 args = parser.parse_args()
+if args.slow_first_run:
+    try:
+        os.close(os.open(args.slow_first_run, os.O_CREAT | os.O_EXCL))
+        args.sleep_ms *= 4
+    except FileExistsError:
+        pass
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))

@@ -16,6 +16,12 @@ verify each with an A/B, keep what is proven, re-profile, move on.
    new configuration. When nothing in the primary layer is proven, the other significant time
    layers of the diagnosis (its runner-up) are tried in turn. On the `memory` layer the ladder
    (:mod:`torchtriage.fix.ladder`) looks for the cheapest rung that fits instead.
+   Cross-check: the first A/B after a profile round measures the same configuration again,
+   unprofiled and further into the run. When its baseline trials' mean step is more than
+   ``window_drift`` slower than the profiled median step, the profile saw something the
+   running job does not (a DataLoader queue still full, a warm phase): the round is marked
+   ``window_agrees: false`` and, once per fix run, the configuration is profiled again after
+   the steps the trials measured, and governing goes on from that diagnosis.
 4. It stops when no layer has anything injectable left, nothing was proven, or the budget is
    spent; then an A/B of the final configuration against the original gives the speedup with
    its interval, and ``fix.json``, ``fix.md`` and ``fix.patch`` are written.
@@ -24,6 +30,7 @@ verify each with an A/B, keep what is proven, re-profile, move on.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import statistics
 import time
 from collections.abc import Callable
@@ -35,7 +42,9 @@ import msgspec
 
 from torchtriage.capture.runner import run_command, write_diagnosis
 from torchtriage.diagnosis.job import JobDiagnosis
+from torchtriage.diagnosis.knobs import served
 from torchtriage.diagnosis.result import Diagnosis, OutOfMemory
+from torchtriage.diagnosis.thresholds import WINDOW_DRIFT
 from torchtriage.errors import TorchtriageError
 from torchtriage.fix import ladder
 from torchtriage.fix.candidates import NOT_INJECTED, machine_context, search_for
@@ -47,6 +56,7 @@ from torchtriage.results.run import KnobOutcome, RunConfig, RunRecord, merge_kno
 from torchtriage.verify.ab import run_ab
 from torchtriage.verify.settings import TrialSettings
 
+logger = logging.getLogger(__name__)
 COMPILE_ESTIMATE_S = 45.0
 # a `no_change` A/B whose speedup is at least 1 + this x min_effect gets a second look
 PROMISING = 5  # cold torch.compile, before one has been measured
@@ -150,6 +160,8 @@ class _Loop:
         self.last_trials: list[Trial] = []  # trials of the kept configuration
         # knob outcomes of each profile run, by its run directory
         self.profile_outcomes: dict[str, dict[str, KnobOutcome]] = {}
+        self.skip = 0  # steps before the profile window (set once the trials disagree)
+        self.reprofile = False  # a profile round disagreed with its trials: profile again
 
     # --- profiling ----------------------------------------------------------------------
 
@@ -163,7 +175,7 @@ class _Loop:
         start = time.monotonic()
         device_memory = self.settings.device_memory
         config = RunConfig(out=str(run_dir), knobs=knobs, stop_after_window=True,
-                           device_memory=device_memory)
+                           device_memory=device_memory, skip=self.skip)
         result = run_command(self.command, config, timeout=self.settings.trial.timeout,
                              log=run_dir / "output.log")
         if not self.budget.profile_s:
@@ -213,6 +225,7 @@ class _Loop:
             stopped = self._govern(diagnosis)
             if stopped:
                 break
+            self.reprofile = False
             diagnosis, _, _, _ = self.profile(self.kept, f"round{len(self.rounds)}")
             if diagnosis is None:
                 stopped = "the kept configuration recorded no trace"
@@ -239,7 +252,7 @@ class _Loop:
                     return "the budget is spent"
                 if outcome == "baseline_failed":
                     return "the configuration kept so far failed in an A/B trial"
-                if outcome == "kept":
+                if outcome == "kept" or self.reprofile:
                     return ""
         if not tried_layers:
             return f"nothing left to try for the {' or '.join(layers)} layer"
@@ -248,12 +261,15 @@ class _Loop:
     def _eligible(self, prescription: str) -> bool:
         """Not tried yet, or measured `no_change` once under a configuration that has changed
         since (a fix that did not matter behind one bottleneck may matter behind the next:
-        the optimizer's launches once the model runs in CUDA graphs, say)."""
+        the optimizer's launches once the model runs in CUDA graphs, say). A worker search
+        that kept a value may search once more from the next profile's figures (its first
+        values came from a profile that saw less loading, or the budget cut it short)."""
         last = self.tried.get(prescription)
         if last is None:
             return True
         times, kept_then, verdict = last
-        return times < 2 and verdict == "no_change" and kept_then != self.kept
+        resumes = verdict == "faster" and _searches_workers(prescription)
+        return times < 2 and (verdict == "no_change" or resumes) and kept_then != self.kept
 
     def _try(self, prescription, layer: str, diagnosis) -> str:
         round_no = len(self.rounds) - 1
@@ -268,7 +284,8 @@ class _Loop:
             return "not_injectable"
         kept_before = dict(self.kept)
         outcome, verdict = self._search(search, layer, round_no)
-        while search.fallback is not None and outcome in ("dropped", "failed"):
+        while (search.fallback is not None and outcome in ("dropped", "failed")
+               and not self.reprofile):
             search = search.fallback
             outcome, verdict = self._search(search, layer, round_no)
         times = self.tried.get(prescription.id, (0, None, None))[0]
@@ -329,6 +346,8 @@ class _Loop:
             else:
                 step.why += f"; then {reason}"
             break
+        if self.reprofile and step.kept_value is None:
+            step.why += "; the profile it came from was not representative: profiled again"
         return ("kept" if step.kept_value is not None else step.result), verdict
 
     def _ab(self, knobs: dict[str, Any], label: str, *, settings: TrialSettings | None = None,
@@ -348,7 +367,28 @@ class _Loop:
         self.budget.trial_s.extend(t.wall_s for t in fresh)
         if not self.kept and not self.original:
             self.original = [t for t in ab.trials if t.arm == "A" and t.status == "ok"]
+        self._cross_check(ab)
         return ab
+
+    def _cross_check(self, ab: ABResult) -> None:
+        """Compare the last profile round with its configuration's first baseline trials
+        (the module docstring's cross-check)."""
+        last = self.rounds[-1] if self.rounds else None
+        if (last is None or last.trials_step_ms is not None or ab.a.mean_step_ms is None
+                or last.knobs != ab.baseline_knobs or not last.median_step_ms):
+            return
+        last.trials_step_ms = ab.a.mean_step_ms
+        drift = ab.a.mean_step_ms / last.median_step_ms - 1
+        last.window_agrees = drift <= WINDOW_DRIFT.value
+        if last.window_agrees or self.skip:
+            return
+        a_trials = [t for t in ab.trials if t.arm == "A" and t.status == "ok"]
+        self.skip = max((t.warmup_steps or 0) + len(t.step_ms) for t in a_trials)
+        self.reprofile = True
+        self._say(f"round {last.round}'s profile ({last.median_step_ms:.1f} ms/step) and its "
+                  f"baseline trials ({ab.a.mean_step_ms:.1f} ms/step) disagree by "
+                  f"{drift:+.0%} (window_drift {WINDOW_DRIFT.value:.0%}): profiling again "
+                  f"after step {self.skip}", lasting=True)
 
     def _inconclusive(self, ab: ABResult) -> bool:
         """A `no_change` whose point estimate is large and whose interval reaches past the
@@ -415,9 +455,18 @@ class _Loop:
             logs.append(self.profile_outcomes.get(self.rounds[-1].run_dir, {}))
         return merge_knob_outcomes(logs)
 
-    def _say(self, text: str) -> None:
+    def _say(self, text: str, *, lasting: bool = False) -> None:
+        """Show a phase on the progress line, or (``lasting``) a finding as a line of its
+        own; findings are logged too."""
+        if lasting:
+            logger.info("%s", text)
         if self.progress:
-            self.progress(text, 0, 0, None)
+            self.progress(text, 0, -1 if lasting else 0, None)
+
+
+def _searches_workers(prescription: str) -> bool:
+    found = served(prescription)
+    return found is not None and found[1].rule == "workers"
 
 
 def _trial_estimate(record: RunRecord | None, trial: TrialSettings) -> float:

@@ -8,7 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from torchtriage.results.fix import FixResult, FixStep
+from torchtriage.results.fix import FixResult, FixStep, Profiled
 
 _STYLE = {"kept": "bold green", "dropped": "yellow", "failed": "red", "skipped": "dim",
           "not_injectable": "dim", "fits": "green", "does_not_fit": "yellow"}
@@ -29,13 +29,13 @@ def _detail(step: FixStep) -> str:
 def fix_renderable(r: FixResult) -> RenderableType:
     head = Text(r.summary)
     rounds = Table(box=box.SIMPLE_HEAD, title="Profile rounds")
-    for col in ("round", "knobs", "bottleneck", "median step ms", "peak memory"):
+    for col in ("round", "knobs", "bottleneck", "median step ms", "trials ms", "peak memory"):
         rounds.add_column(col)
     for p in r.rounds:
         knobs = " ".join(f"{k}={v}" for k, v in p.knobs.items()) or "as written"
         peak = "-" if p.peak_fraction is None else f"{p.peak_fraction:.0%}"
         rounds.add_row(str(p.round), Text(knobs), f"{p.primary} ({p.confidence})",
-                       f"{p.median_step_ms:.1f}", peak)
+                       f"{p.median_step_ms:.1f}", _trials_ms(p), peak)
     steps = Table(box=box.SIMPLE_HEAD, title="What was tried (cost order, per bottleneck)")
     for col in ("round", "layer", "prescription", "result", "why / values tried"):
         steps.add_column(col, overflow="fold")
@@ -55,6 +55,13 @@ def fix_renderable(r: FixResult) -> RenderableType:
     return Group(*parts)
 
 
+def _trials_ms(p: Profiled) -> str:
+    """The round's first baseline trials, and whether its profile window agreed with them."""
+    if p.trials_step_ms is None:
+        return "-"
+    return f"{p.trials_step_ms:.1f}" + ("" if p.window_agrees else " (window disagrees)")
+
+
 def fix_markdown(r: FixResult, diff: str = "") -> str:
     """The readable report, for a pull request or a notebook."""
     lines = [f"# torchtriage fix: `{' '.join(r.command)}`", "", r.summary, ""]
@@ -64,12 +71,13 @@ def fix_markdown(r: FixResult, diff: str = "") -> str:
                   f"{r.original_steps_per_s} -> {r.final_steps_per_s} steps/s.", ""]
     lines += ["## Kept", ""]
     lines += [f"1. `{k['knob']}={k['value']!r}`" for k in r.kept] or ["Nothing."]
-    lines += ["", "## Profile rounds", "", "| round | knobs | bottleneck | median step ms |",
-              "|---|---|---|---|"]
+    lines += ["", "## Profile rounds", "",
+              "| round | knobs | bottleneck | median step ms | its trials, mean step ms |",
+              "|---|---|---|---|---|"]
     for p in r.rounds:
         knobs = ", ".join(f"`{k}={v}`" for k, v in p.knobs.items()) or "as written"
         lines.append(f"| {p.round} | {knobs} | {p.primary} ({p.confidence}) | "
-                     f"{p.median_step_ms:.1f} |")
+                     f"{p.median_step_ms:.1f} | {_trials_ms(p)} |")
     lines += ["", "## What was tried", "", "| round | layer | prescription | result | why |",
               "|---|---|---|---|---|"]
     for s in r.steps:

@@ -29,6 +29,10 @@ class TrialProgress:
     def __call__(self, label: str, k: int, n: int, trial: Trial | None) -> None:
         if self.task is None:
             self.task = self.progress.add_task("", total=n or None)
+        if n < 0:  # a finding worth keeping on screen
+            if self.enabled:
+                self.console.print(label, highlight=False, markup=False)
+            return
         if n == 0:  # a phase, not a trial
             self.progress.update(self.task, description=label, total=None, completed=0)
             return

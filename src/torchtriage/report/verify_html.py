@@ -95,7 +95,8 @@ def _trial_table(trials: list[Any]) -> str:
     rows = "".join(f"<tr><td>{esc(t.arm)}{t.idx}</td><td>{esc(t.status)}</td><td class=\"num\">"
                    + (f"{t.mean_step_ms:.2f}" if t.mean_step_ms is not None else "-")
                    + f"</td><td class=\"num\">{t.wall_s:.1f}</td><td>"
-                   + ("reused" if t.reused else "") + f"{esc(t.error or '')}</td></tr>"
+                   + ("reused " if t.reused else "") + ("outlier, set aside " if t.outlier else "")
+                   + f"{esc(t.error or '')}</td></tr>"
                    for t in trials)
     return ("<table><tr><th>trial</th><th>status</th><th class=\"num\">mean step ms</th>"
             "<th class=\"num\">wall s</th><th></th></tr>" + rows + "</table>")

@@ -83,6 +83,8 @@ def ab_renderable(r: ABResult) -> RenderableType:
     for k, t in enumerate(r.trials, 1):
         note = t.error or (f"compile {t.compile['seconds']:.1f}s, "
                            f"{t.compile['graph_breaks']} graph break(s)" if t.compile else "")
+        if t.outlier:
+            note = "outlier, set aside" + (f"; {note}" if note else "")
         trials.add_row(str(k), f"{t.arm}{t.idx}", t.status, _num(t.mean_step_ms),
                        f"{t.wall_s:.1f}", Text(note[:70]))
     parts: list[RenderableType] = [Panel(head, title="torchtriage ab", expand=False), arms,

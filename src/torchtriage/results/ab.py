@@ -54,6 +54,7 @@ class Trial(msgspec.Struct, kw_only=True):
     error: str | None = None
     dir: str = ""
     reused: bool = False  # measured earlier for the same configuration (fix loop)
+    outlier: bool = False  # set aside from the interval (verify.stats.outlier_trial), replaced
     knobs: dict[str, KnobOutcome] = {}  # what each knob did in this trial's run
 
 
@@ -97,6 +98,7 @@ class ABResult(JsonDocument, msgspec.Struct, kw_only=True):
     warmup: int
     steps: int
     trials: list[Trial]
+    outlier_trials: list[str] = []  # "A3": set aside from the arms' figures and the interval
     out: str
     store_id: int | None = None
 

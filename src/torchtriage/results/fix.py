@@ -59,6 +59,10 @@ class Profiled(msgspec.Struct, kw_only=True):
     summary: str
     peak_fraction: float | None = None
     run_dir: str = ""
+    # the mean step of this configuration's first baseline trials (unprofiled, measured later
+    # in the run), and whether the profile's window agreed with it (see fix.loop's docstring)
+    trials_step_ms: float | None = None
+    window_agrees: bool | None = None
 
 
 class FixResult(JsonDocument, msgspec.Struct, kw_only=True):

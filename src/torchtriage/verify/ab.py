@@ -27,7 +27,7 @@ from torchtriage.results.run import RunConfig, merge_knob_outcomes
 from torchtriage.verify import policy
 from torchtriage.verify.parity import check_parity
 from torchtriage.verify.settings import TrialSettings
-from torchtriage.verify.stats import speedup_interval, verdict
+from torchtriage.verify.stats import outlier_trial, speedup_interval, verdict
 
 MIN_MEASURED_STEPS = 3
 # The first step boundary is only known once the optimizer cycle repeats (step 2), so the
@@ -144,11 +144,19 @@ def run_ab(
     return result
 
 
+def _kept(trials: list[Trial]) -> tuple[list[Trial], Trial | None]:
+    """An arm's completed trials without its outlier trial, and that trial (or None)."""
+    ok = [t for t in trials if t.status == "ok" and t.mean_step_ms is not None]
+    i = outlier_trial([t.mean_step_ms for t in ok])
+    return ([t for k, t in enumerate(ok) if k != i], ok[i] if i is not None else None)
+
+
 def _next_arm(done: list[Trial], trials: int) -> str | None:
     """The next arm in ABBA order over the fresh trials (A B B A A B ..., starting with the arm
     that has fewer trials when earlier ones are reused), skipping an arm that has ``trials``;
     None when both have."""
-    count = {arm: sum(t.arm == arm for t in done) for arm in ("A", "B")}
+    count = {arm: sum(t.arm == arm for t in done)  # an outlier trial is replaced
+             - (_kept([t for t in done if t.arm == arm])[1] is not None) for arm in ("A", "B")}
     if min(count.values()) >= trials:
         return None
     fresh = [t.arm for t in done if not t.reused]
@@ -169,8 +177,8 @@ FAR_SLOWER = 3.0  # a candidate this many times slower in its first trial is not
 def _decided(done: list[Trial], knobs: dict[str, Any], min_effect: float,
              confidence: float = policy.CONFIDENCE.value) -> bool:
     """Whether the trials so far already answer the question (see ``run_ab(adaptive=)``)."""
-    a = [t for t in done if t.arm == "A" and t.status == "ok"]
-    b = [t for t in done if t.arm == "B" and t.status == "ok"]
+    a = _kept([t for t in done if t.arm == "A"])[0]
+    b = _kept([t for t in done if t.arm == "B"])[0]
     if a and b and min(t.mean_step_ms for t in b) > FAR_SLOWER * max(t.mean_step_ms
                                                                          for t in a):
         return True
@@ -257,8 +265,8 @@ def _last_line(log: Path) -> str | None:
     return lines[-1].strip()[:300] if lines else None
 
 
-def _arm(label: str, command: list[str], knobs: dict[str, Any], trials: list[Trial]) -> Arm:
-    ok = [t for t in trials if t.status == "ok"]
+def _arm(label: str, command: list[str], knobs: dict[str, Any], ok: list[Trial]) -> Arm:
+    """An arm's figures from its completed trials (its outlier trial left out)."""
     if not ok:
         return Arm(label=label, command=command, knobs=knobs, trials_ok=0)
     mean_ms = statistics.fmean(t.mean_step_ms for t in ok)
@@ -277,17 +285,19 @@ def _result(done: list[Trial], arms, knobs: dict[str, Any], settings: TrialSetti
     min_effect = settings.min_effect
     a_trials = [t for t in done if t.arm == "A"]
     b_trials = [t for t in done if t.arm == "B"]
-    a = _arm("baseline", arms["A"][0], {}, a_trials)
-    b = _arm("candidate", arms["B"][0], knobs, b_trials)
-    a_ok = [t for t in a_trials if t.status == "ok"]
-    b_ok = [t for t in b_trials if t.status == "ok"]
+    (a_ok, a_odd), (b_ok, b_odd) = _kept(a_trials), _kept(b_trials)
+    for t in done:
+        t.outlier = t is a_odd or t is b_odd
+    a = _arm("baseline", arms["A"][0], {}, a_ok)
+    b = _arm("candidate", arms["B"][0], knobs, b_ok)
     outcomes = merge_knob_outcomes([t.knobs for t in b_trials])  # what B's own runs recorded
     parity = check_parity([t.losses for t in a_ok], [t.losses for t in b_ok], knobs)
     if not a_ok or not b_ok:
         parity.detail = "an arm completed no trial"
     common = dict(confidence=settings.confidence, min_effect=min_effect, parity=parity,
                   a=a, b=b, knobs=outcomes, trials_per_arm=settings.trials,
-                  warmup=settings.warmup, steps=settings.steps, trials=done, out=str(out))
+                  warmup=settings.warmup, steps=settings.steps, trials=done, out=str(out),
+                  outlier_trials=[f"{t.arm}{t.idx}" for t in done if t.outlier])
     if not a_ok or not b_ok:
         failed = b_trials if a_ok else a_trials
         why = next((t.error for t in failed if t.error), "no trial ran")
@@ -337,6 +347,11 @@ def _summary(r: ABResult) -> str:
     text = words[r.verdict] + "."
     if min(r.a.trials_ok, r.b.trials_ok) < 2:
         text += " Only one trial in an arm: the interval shows no spread."
+    for t in r.trials:
+        if t.outlier:
+            arm = r.a if t.arm == "A" else r.b
+            text += (f" Trial {t.arm}{t.idx} ({t.mean_step_ms:.1f} ms/step against the arm's "
+                     f"{arm.mean_step_ms:.1f}) set aside as an outlier.")
     not_applied = [k for k, o in r.knobs.items() if not o.applied]
     if not_applied:
         text += f" Not applied: {', '.join(not_applied)}."

@@ -85,6 +85,23 @@ OUTLIER_MAX_SHARE = Threshold(
     "torchtriage default: below the 29 % breakdown point of the median of pairwise means, "
     "so what is left still decides",
 )
+OUTLIER_TRIAL_RATIO = Threshold(
+    "outlier_trial_ratio", 1.5, "x step time",
+    "an A/B trial whose mean step differs by more than this factor from the median of its "
+    "arm's other trials (at least two), while those others agree among themselves (see "
+    "`outlier_trial_spread`), is an outlier trial: reported, left out of the interval, and "
+    "replaced by one more trial of its arm; at most one per arm",
+    "torchtriage default: trial noise on a shared 2-core machine is up to 10 % "
+    "(benchmarks/ab_noise.py); a trial 50 % off its agreeing siblings was disturbed (another "
+    "job, a cold cache), as seen when a second test session loaded the CI machine",
+)
+OUTLIER_TRIAL_SPREAD = Threshold(
+    "outlier_trial_spread", 4.0, "x the others' spread",
+    "the outlier trial's log distance from the others' median must also exceed this multiple "
+    "of the largest log distance among the others (they agree; it does not)",
+    "torchtriage default: the leave-one-out form of the modified z-score (Iglewicz & Hoaglin) "
+    "for the 3-5 trials an arm has, where a MAD is too coarse",
+)
 
 ALL: tuple[Threshold, ...] = (
     CONFIDENCE,
@@ -99,4 +116,6 @@ ALL: tuple[Threshold, ...] = (
     OUTLIER_Z,
     OUTLIER_SCALE_FLOOR,
     OUTLIER_MAX_SHARE,
+    OUTLIER_TRIAL_RATIO,
+    OUTLIER_TRIAL_SPREAD,
 )

@@ -12,6 +12,8 @@ Two statistics, each with the percentile bootstrap that fits it:
   make it honest: each resample draws n - 1 of the n trials (so the spread of resampled means
   estimates the variance without the 1/n bias), and the interval is widened on the log scale
   by the Student-t quantile over the normal one, with Welch's degrees of freedom.
+  A trial disturbed from outside is set apart by :func:`outlier_trial` (leave-one-out, against
+  its arm's agreeing siblings) before the interval; the caller replaces and reports it.
 - ``"median"`` (trace comparisons): the pooled median step time, robust to an odd step. Trials,
   then steps within each resampled trial, are resampled (a two-level bootstrap); with a single
   trace per side that is the ordinary bootstrap over steps. With few steps a bootstrap
@@ -92,6 +94,28 @@ def outliers(step_ms: Sequence[float]) -> np.ndarray:
     if mask.sum() > policy.OUTLIER_MAX_SHARE.value * x.size:
         return np.zeros(x.size, dtype=bool)
     return mask
+
+
+def outlier_trial(means_ms: Sequence[float]) -> int | None:
+    """Index of the one outlier trial among an arm's trial means, or None.
+
+    Leave-one-out: trial i is the outlier when ``d_i = |log(t_i / median(others))|`` exceeds
+    ``log(OUTLIER_TRIAL_RATIO)`` and ``OUTLIER_TRIAL_SPREAD`` x the largest ``d_j`` of the others
+    against that same median; of several such trials, the farthest. Needs at least three
+    trials (two that agree to judge the third by)."""
+    t = np.log(np.asarray(means_ms, dtype=float))
+    if t.size < 3:
+        return None
+    best, best_d = None, 0.0
+    for i in range(t.size):
+        others = np.delete(t, i)
+        centre = float(np.median(others))
+        d = abs(float(t[i]) - centre)
+        spread = float(np.max(np.abs(others - centre)))
+        if (d > np.log(policy.OUTLIER_TRIAL_RATIO.value)
+                and d > policy.OUTLIER_TRIAL_SPREAD.value * spread and d > best_d):
+            best, best_d = i, d
+    return best
 
 
 def verdict(s: Speedup, min_effect: float = policy.MIN_EFFECT.value) -> str:
