@@ -298,13 +298,16 @@ def test_outlier_trial_needs_agreeing_siblings_and_a_large_gap(means, expected):
 def test_ab_of_a_no_op_knob_replaces_a_disturbed_trial_and_says_so(tmp_path):
     marker = tmp_path / "first-run"
     proc, result = ab(tmp_path, "--knob", "cudnn.benchmark=true", "--trials", "3",
-                      "--warmup", "2", "--steps", "4", "--", "python", TINY, "--steps", "20",
+                      "--warmup", "2", "--steps", "4", "--", "python", TINY, "--steps", "200",
                       "--sleep-ms", "40", "--slow-first-run", str(marker))
     assert proc.returncode == 0, proc.stderr
     assert result["outlier_trials"] == ["A1"], result["trials"]
     assert [t["arm"] + str(t["idx"]) for t in result["trials"]] == \
         ["A1", "B1", "B2", "A2", "A3", "B3", "A4"]  # A1 is replaced
     assert result["a"]["trials_ok"] == 3 and result["a"]["mean_step_ms"] < 100
+    # 4 steps of ~45 ms are too short a measurement: each trial ran on to trial_min_measure_s
+    for t in result["trials"]:
+        assert len(t["step_ms"]) > 4 and sum(t["step_ms"]) >= 1000, t["step_ms"]
     assert result["verdict"] == "no_change", result["summary"]
     assert "Trial A1" in result["summary"] and "outlier" in result["summary"]
 

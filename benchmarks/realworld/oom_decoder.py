@@ -116,17 +116,19 @@ class RandomTokens(Dataset):
 
 
 def cuda_sizes(total: int, seq_len: int, vocab: int) -> tuple[int, int, int]:
-    """(dim, layers, batch) for this card: parameters ~11% of it, step-1 activations ~60%.
+    """(dim, layers, batch) for this card: parameters ~11% of it, activations the rest.
 
-    Step 1 peaks near params + grads + activations (~0.82 of the card); step 2 adds Adam's two
-    moments (+0.22), which does not fit."""
+    Measured on an H200 (4.3 B parameters, P = 16 GiB in fp32; 2.83 GiB of saved activations
+    per 512-token sample, i.e. ~18 x dim floats per token per block with SDPA): step 1 peaks
+    at P + A (the gradients grow as activations are freed; Adam's moments come after), step 2
+    at ~3P + A (Adam's two moments stay). A batch whose activations fill the card less 2P lies
+    between the two: step 1 fits, step 2 runs out of memory."""
     dim, layers = 4096, 1
     while 4 * 12 * dim * dim * (layers + 1) < 0.11 * total:
         layers += 1
-    # fp32 activations autograd saves per token per block, about 18 x dim floats with SDPA
-    # (measured on an H200: 48 GiB for 15 samples of 512 tokens at 4.3 B parameters)
+    param_bytes = 4 * (layers * 12 * dim * dim + 2 * vocab * dim)
     per_sample = 4 * seq_len * (layers * 18 * dim + 2 * vocab)
-    return dim, layers, max(1, int(0.6 * total) // per_sample)
+    return dim, layers, max(1, int(0.97 * total - 2 * param_bytes) // per_sample)
 
 
 def main() -> None:

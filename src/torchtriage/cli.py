@@ -373,8 +373,11 @@ def ab_command(
     trials: Annotated[int, typer.Option("--trials", min=2, help="Processes per arm.")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", min=2, help="Steps before measuring "
                                         "(at least 5 with compile.mode).")] = 3,
-    steps: Annotated[int, typer.Option("--steps", min=3, help="Measured steps per trial.")]
-    = 10,
+    steps: Annotated[int, typer.Option("--steps", min=3, help="Measured steps per trial (at "
+                                       "least).")] = 10,
+    min_measure: Annotated[float, typer.Option(
+        "--min-measure-s", min=0, help="Each trial measures at least this long (one process: "
+        "fast steps run on).")] = TrialSettings.min_measure_s,
     timeout: Annotated[float | None, typer.Option("--timeout", min=1, help="Seconds per "
                                                   "trial.")] = None,
     min_effect: MinEffect = 0.02,
@@ -403,7 +406,7 @@ def ab_command(
                       "that measures the noise[/dim]")
     with TrialProgress(console, enabled=not json_out) as progress:
         settings = TrialSettings(trials=trials, warmup=warmup, steps=steps, timeout=timeout,
-                                 min_effect=min_effect)
+                                 min_effect=min_effect, min_measure_s=min_measure)
         result = run_ab(command, out, settings, knobs=knobs, candidate=cand, store=runs,
                         progress=progress)
     if html_out is not None:
@@ -433,8 +436,11 @@ def fix_command(
     = 4,
     warmup: Annotated[int, typer.Option("--warmup", min=2, help="Steps before measuring.")]
     = 3,
-    steps: Annotated[int, typer.Option("--steps", min=3, help="Measured steps per trial.")]
-    = 10,
+    steps: Annotated[int, typer.Option("--steps", min=3, help="Measured steps per trial (at "
+                                       "least).")] = 10,
+    min_measure: Annotated[float, typer.Option(
+        "--min-measure-s", min=0, help="Each trial measures at least this long (one process: "
+        "fast steps run on).")] = TrialSettings.min_measure_s,
     timeout: Annotated[float | None, typer.Option("--timeout", min=1, help="Seconds per "
                                                   "trial or profile run.")] = None,
     min_effect: MinEffect = 0.02,
@@ -456,7 +462,8 @@ def fix_command(
     console = Console(stderr=True)
     with TrialProgress(console, enabled=not json_out) as progress:
         settings = FixSettings(budget_s=seconds, device_memory=capacity, trial=TrialSettings(
-            trials=trials, warmup=warmup, steps=steps, timeout=timeout, min_effect=min_effect))
+            trials=trials, warmup=warmup, steps=steps, timeout=timeout, min_effect=min_effect,
+            min_measure_s=min_measure))
         result = run_fix(command, out, settings, store=runs, progress=progress)
     if html_out is not None:
         patch = Path(result.patch_file).read_text() if result.patch_file else ""

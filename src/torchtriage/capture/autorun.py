@@ -15,7 +15,8 @@ session, so launcher processes such as ``torchrun`` itself are left alone.
 - **Losses** are the scalar tensors passed to ``backward()``; **batch sizes** come from the first
   tensor each DataLoader yields (:mod:`~torchtriage.capture.signals`). Knobs are applied by
   :mod:`~torchtriage.capture.knob_apply` through a :class:`~torchtriage.capture.knob_host.KnobHost`.
-- ``max_steps`` stops the script cleanly (``SystemExit``) once that many steps ran.
+- ``max_steps`` stops the script cleanly (``SystemExit``) once that many steps ran; in timing
+  mode a measured window shorter than ``timing_min_s`` runs on (one process only).
 - **Timing mode** (``mode="time"``, used by A/B trials): no profiler at all. Step boundaries
   are host clocks; when CUDA is in use the device is synchronised at exactly two boundaries,
   the end of warm-up and the last step, so the measured window's wall time is exact while the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import signal
 import sys
@@ -43,6 +45,7 @@ from torchtriage.capture.steps import StepClock, StepDetector
 from torchtriage.results.run import RunConfig, RunRecord, decode_config
 
 ENV = "TORCHTRIAGE_RUN"
+MAX_MEASURED_STEPS = 2000  # timing mode never measures more steps than this for timing_min_s
 log = logging.getLogger(__name__)
 _RUN: AutoRun | None = None
 
@@ -143,6 +146,8 @@ class AutoRun:
                 if steps in (self.clock.warmup, self.max_steps):
                     _synchronize_device()
             self.clock.tick()
+            if self.timing and steps == self.max_steps:
+                self._measure_longer(steps)
             if self.detector.manual:
                 self.signals.new_step()
             if not self.timing:
@@ -150,6 +155,24 @@ class AutoRun:
         if stop or (self.max_steps and steps >= self.max_steps):
             self.finish()
             raise SystemExit(0)
+
+    def _measure_longer(self, steps: int) -> None:
+        """Timing mode: a measured window shorter than ``timing_min_s`` goes on for as many
+        more steps as its pace says it needs (10 % over, at most MAX_MEASURED_STEPS in all),
+        so that fast steps are not measured over a few milliseconds. One process only: ranks
+        that stopped on their own clocks would leave the others waiting in a collective."""
+        want = self.config.timing_min_s
+        warm = self.clock.warmup
+        if not want or _distributed() or warm < 1 or steps <= warm:
+            return
+        measured_s = self.clock.ends[-1] - self.clock.ends[warm - 1]
+        if measured_s >= want:
+            return
+        per_step = max(measured_s / (steps - warm), 1e-6)
+        extra = min(math.ceil(1.1 * (want - measured_s) / per_step),
+                    MAX_MEASURED_STEPS - (steps - warm))
+        if extra > 0:
+            self.max_steps = steps + extra
 
     def _drain_before_measuring(self, steps: int) -> None:
         """Timing mode: the measured window starts only after a DataLoader's batches in
@@ -209,6 +232,12 @@ class AutoRun:
         # A process that never trained and never ran out of memory (a launcher such as
         # torchrun's agent, a helper process) writes nothing: it must not overwrite the record
         # of the rank it shares a number with.
+
+
+def _distributed() -> bool:
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
 
 
 def _synchronize_device() -> None:

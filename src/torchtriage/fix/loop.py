@@ -471,12 +471,14 @@ def _searches_workers(prescription: str) -> bool:
 
 def _trial_estimate(record: RunRecord | None, trial: TrialSettings) -> float:
     """Seconds an A/B trial takes, from a profile run's record: its start-up (to the first
-    step's end) and its median step time over a trial's warm-up and measured steps (the
-    profile itself runs more steps, under the profiler: its wall time overstates a trial)."""
+    step's end) and its median step time over a trial's warm-up and measured steps, at least
+    ``min_measure_s`` of them (the profile itself runs more steps, under the profiler: its
+    wall time overstates a trial)."""
     if record is None or record.first_step_s is None or not record.host_step_ms:
         return 0.0
     step_s = statistics.median(record.host_step_ms) / 1e3
-    return record.first_step_s + (trial.warmup + trial.steps) * step_s
+    measured_s = max(trial.steps * step_s, trial.min_measure_s)
+    return record.first_step_s + trial.warmup * step_s + measured_s
 
 
 def _representative(doc: Diagnosis | JobDiagnosis | None) -> Diagnosis | None:

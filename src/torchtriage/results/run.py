@@ -46,6 +46,8 @@ class RunConfig(JsonDocument, msgspec.Struct, kw_only=True):
     device_memory: int | None = None  # capacity for the memory rule, bytes
     mode: RunMode = "profile"  # "time": no profiler, step times only (A/B trials)
     timing_warmup: int = 0  # timing mode: steps before the measured window
+    # timing mode: measure past max_steps until the window lasted this long (one process)
+    timing_min_s: float = 0.0
     # profile mode: stop the script once the (final) window is profiled and checked
     stop_after_window: bool = False
     schedule: Schedule = msgspec.field(default_factory=Schedule)

@@ -209,7 +209,7 @@ def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], ou
     left = deadline - time.monotonic() if deadline is not None else None
     by_budget = left is not None and (timeout is None or left < timeout)
     config = RunConfig(out=str(trial_dir), knobs=knobs, max_steps=warmup + settings.steps,
-                       mode="time", timing_warmup=warmup)
+                       mode="time", timing_warmup=warmup, timing_min_s=settings.min_measure_s)
     result = run_command(command, config, timeout=max(left, 1.0) if by_budget else timeout,
                          log=trial_dir / "output.log")
     wall = round(time.perf_counter() - start, 3)

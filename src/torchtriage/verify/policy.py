@@ -27,6 +27,14 @@ MIN_EFFECT = Threshold(
     "block); the interval itself carries the trial noise, which is 1-2 % for I/O-bound and "
     "up to 10 % for CPU-bound trials on a shared 2-core machine (benchmarks/ab_noise.py)",
 )
+TRIAL_MIN_MEASURE = Threshold(
+    "trial_min_measure_s", 1.0, "seconds",
+    "an A/B trial measures at least `--steps` steps and at least this long: a single-process "
+    "trial whose steps are fast runs on for as many more steps as its pace says it needs "
+    "(at most 2,000)",
+    "torchtriage default: 10 steps of a 12 ms GPU step are 0.12 s, where one 10 ms hiccup is "
+    "8 %; on an H200 the no-op optimizer.fused A/B of such a job spanned 0.78-1.55x",
+)
 PARITY_STEPS = Threshold(
     "parity_steps", 10, "steps",
     "losses of the first this-many training steps are compared for numerical parity",
@@ -107,6 +115,7 @@ ALL: tuple[Threshold, ...] = (
     CONFIDENCE,
     BOOTSTRAP_RESAMPLES,
     MIN_EFFECT,
+    TRIAL_MIN_MEASURE,
     PARITY_STEPS,
     PARITY_FP32,
     PARITY_COMPILED,

@@ -12,7 +12,8 @@ from torchtriage.verify import policy
 class TrialSettings:
     trials: int = 5  # processes per arm (the most, when the A/B is adaptive)
     warmup: int = 3  # steps before the measured window
-    steps: int = 10  # measured steps per trial
+    steps: int = 10  # measured steps per trial (at least)
+    min_measure_s: float = policy.TRIAL_MIN_MEASURE.value  # and at least this long
     timeout: float | None = None  # seconds per trial; a trial past it is recorded as timeout
     min_effect: float = policy.MIN_EFFECT.value  # the smallest speedup that counts
     # coverage of the speedup's interval (a second look at the same question asks for more)
