@@ -25,6 +25,7 @@ def fix(tmp_path: Path, *args: str, cwd: Path = REPO, timeout: int = 600):
     return proc, (json.loads(path.read_text()) if path.exists() else None), out
 
 
+@pytest.mark.timing
 def test_fix_data_starved_searches_workers_keeps_the_best_and_writes_a_patch(tmp_path):
     # a copy of the example, so that the patch can be applied for real
     work = tmp_path / "work"
@@ -69,6 +70,7 @@ def test_fix_data_starved_searches_workers_keeps_the_best_and_writes_a_patch(tmp
     assert runs and runs[0]["status"] == "done"
 
 
+@pytest.mark.timing
 def test_fix_notices_a_profile_its_own_trials_contradict_and_profiles_again(tmp_path):
     """The Dataset slows down 50x after 60 steps: long after the profile's window and its
     check, but before the A/B trials' 10 measured steps (after 60 warm-up steps). The first
@@ -81,14 +83,15 @@ def test_fix_notices_a_profile_its_own_trials_contradict_and_profiles_again(tmp_
     first = result["rounds"][0]
     assert first["window_agrees"] is False, first
     assert first["trials_step_ms"] > 1.25 * first["median_step_ms"]
-    assert "disagree" in proc.stdout + proc.stderr and "after step 70" in proc.stdout + \
-        proc.stderr
+    said = proc.stdout + proc.stderr
+    assert "disagree" in said and "profiling again after step" in said, said
     assert len(result["rounds"]) == 2  # profiled again, from after the trials' steps
     record = json.loads((out / "profiles" / "1-round1" / "run.rank0.json").read_text())
     assert record["windows"][0]["skipped_steps"] >= 70, record["windows"]
     assert "window disagrees" in (out / "fix.md").read_text()
 
 
+@pytest.mark.timing
 def test_fix_compute_bound_keeps_nothing_unproven_and_says_why(tmp_path):
     # The fewest steps a trial takes (2 warm-up + 3 measured): bf16's trial runs >10x slower
     # per step (seconds a step here). The budget fits bf16's A/B, which is tried when 5 x the
@@ -116,6 +119,7 @@ def test_fix_compute_bound_keeps_nothing_unproven_and_says_why(tmp_path):
     assert "kernel" in proc.stdout
 
 
+@pytest.mark.timing
 def test_memory_ladder_takes_the_cheapest_rung_that_fits(tmp_path):
     proc, result, _ = fix(tmp_path, "--budget", "60s", "--device-memory", "267MiB", "--",
                           "python", "examples/memory_pressure.py", "--steps", "1000")
@@ -135,6 +139,7 @@ def test_memory_ladder_takes_the_cheapest_rung_that_fits(tmp_path):
     assert result["kept"][0] == {"knob": "memory.activation_checkpointing", "value": True}
 
 
+@pytest.mark.timing
 def test_memory_ladder_splits_dataloader_batches_before_anything_dearer(tmp_path):
     # peak ~69 MB of a 72 MiB pretend device (92 %); 2 micro-batches: ~43 MB
     proc, result, _ = fix(tmp_path, "--budget", "60s", "--device-memory", "72MiB", "--",
@@ -152,6 +157,7 @@ def test_memory_ladder_splits_dataloader_batches_before_anything_dearer(tmp_path
     assert any("batch_size" in line and "accumulate" in line for line in result["instructions"])
 
 
+@pytest.mark.timing
 def test_an_original_that_runs_out_of_memory_starts_the_ladder(tmp_path):
     """Out of memory on step 2, before any profile: the ladder's starting point, not an
     error. Half the batch fits, so the cheapest rung completes with loss parity."""

@@ -178,6 +178,7 @@ def test_out_of_memory_before_the_window_is_still_a_memory_diagnosis(tmp_path, a
     assert record(out)["oom"] and "Bottleneck: memory" in proc.stdout
 
 
+@pytest.mark.timing
 def test_the_window_waits_for_the_dataloader_queue_to_drain(tmp_path):
     """16 batches prepared during a pause before training hide a loader that cannot keep up:
     a window at steps 4-8 measures the queue (kernel-bound); at steady state it is loading."""
@@ -193,6 +194,7 @@ def test_the_window_waits_for_the_dataloader_queue_to_drain(tmp_path):
     assert d["primary"] == "data_loading", (d["summary"], window)
 
 
+@pytest.mark.timing
 def test_a_window_that_was_not_steady_state_is_profiled_again_and_shown_early(tmp_path):
     """Steps slow down after step 12: the first window (steps 5-9) is faster than the steps
     after it, so it is set aside and profiled again; without --steps the verdict is printed
@@ -307,6 +309,7 @@ def test_grad_accumulation_splits_batches_and_all_reduces_once_per_step(tmp_path
     assert _losses(out) == pytest.approx(_losses(base_out)[:10], rel=1e-4)
 
 
+@pytest.mark.timing
 def test_busy_cores_mean_cheaper_preprocessing_not_more_workers(tmp_path):
     proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "cpu_bound_loader.py"))
     assert proc.returncode == 0, proc.stderr

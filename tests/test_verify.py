@@ -259,6 +259,7 @@ def ab(tmp_path: Path, *args: str, out: str = "ab", timeout: int = 300):
     return proc, (json.loads(path.read_text()) if path.exists() else None)
 
 
+@pytest.mark.timing
 def test_ab_more_dataloader_workers_is_faster(tmp_path):
     page = tmp_path / "ab.html"
     proc, result = ab(tmp_path, "--knob", "dataloader.num_workers=2", "--trials", "3",
@@ -295,6 +296,7 @@ def test_outlier_trial_needs_agreeing_siblings_and_a_large_gap(means, expected):
     assert outlier_trial(means) == expected
 
 
+@pytest.mark.timing
 def test_ab_of_a_no_op_knob_replaces_a_disturbed_trial_and_says_so(tmp_path):
     marker = tmp_path / "first-run"
     proc, result = ab(tmp_path, "--knob", "cudnn.benchmark=true", "--trials", "3",
@@ -307,7 +309,8 @@ def test_ab_of_a_no_op_knob_replaces_a_disturbed_trial_and_says_so(tmp_path):
     assert result["a"]["trials_ok"] == 3 and result["a"]["mean_step_ms"] < 100
     # 4 steps of ~45 ms are too short a measurement: each trial ran on to trial_min_measure_s
     for t in result["trials"]:
-        assert len(t["step_ms"]) > 4 and sum(t["step_ms"]) >= 1000, t["step_ms"]
+        assert len(t["step_ms"]) >= 4 and sum(t["step_ms"]) >= 1000, t["step_ms"]
+    assert all(len(t["step_ms"]) > 4 for t in result["trials"] if not t["outlier"])
     assert result["verdict"] == "no_change", result["summary"]
     assert "Trial A1" in result["summary"] and "outlier" in result["summary"]
 
@@ -382,7 +385,8 @@ def test_sigkill_mid_run_leaves_every_completed_trial_in_the_store(tmp_path, run
     trials = store.trials(run.id)
     on_disk = (out / "trials.jsonl").read_text().splitlines()
     assert len(trials) >= 2 and len(trials) == len(on_disk)
-    assert all(t["status"] == "ok" and len(t["step_ms"]) == 4 for t in trials)
+    # 4 steps at least; 4 x 200 ms is under trial_min_measure_s, so the trial ran on
+    assert all(t["status"] == "ok" and len(t["step_ms"]) >= 4 for t in trials)
     history = cli("history")
     assert "interrupted" in history.stdout
     shown = cli("show", str(run.id))

@@ -7,7 +7,7 @@
     --unseeded       draw the data from an unseeded generator (losses differ run to run)
     --scale S        multiply the loss (a "fix" that changes results)
     --slow-first-run MARKER  the first process to run (the one that creates MARKER) sleeps
-                     4x --sleep-ms per step: a trial disturbed by another job
+                     8x --sleep-ms per step: a trial disturbed by another job
 """
 
 import argparse
@@ -28,7 +28,7 @@ args = parser.parse_args()
 if args.slow_first_run:
     try:
         os.close(os.open(args.slow_first_run, os.O_CREAT | os.O_EXCL))
-        args.sleep_ms *= 4
+        args.sleep_ms *= 8
     except FileExistsError:
         pass
 
