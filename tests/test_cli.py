@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 
@@ -108,3 +109,28 @@ def test_demo_runs_end_to_end(tmp_path):
     assert "First prescription: dataloader.num_workers" in result.stdout
     assert (tmp_path / "demo" / "diagnosis.json").exists()
     assert "profiler_start" not in result.stderr
+
+
+@pytest.mark.parametrize(("path", "kind"), [("/dev/zero", "a character device"),
+                                            ("fifo", "a FIFO (pipe)")])
+def test_analyze_refuses_what_is_neither_a_file_nor_a_directory(tmp_path, path, kind):
+    if path == "fifo":
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)
+    result = _run("analyze", path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        f"torchtriage: error: {path}: {kind}, not a trace file or directory (a trace can be "
+        "piped in as -: torchtriage analyze - < trace.json.gz)")
+
+
+def test_analyze_reads_a_trace_from_stdin(tmp_path):
+    trace = _cpu_trace(tmp_path).read_bytes()  # gzip
+    result = subprocess.run([*CLI, "analyze", "-", "--json"], input=trace, capture_output=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["trace"]["path"] == "-" and doc["primary"] == "data_loading"
+    empty = subprocess.run([*CLI, "analyze", "-"], input=b"", capture_output=True, timeout=120)
+    assert empty.returncode == 2
+    assert empty.stderr.decode().strip() == "torchtriage: error: -: empty file"

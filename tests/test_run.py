@@ -349,3 +349,52 @@ def test_backend_knobs_are_set_and_say_they_do_nothing_on_cpu(tmp_path):
         assert knobs[k]["applied"] and "no effect on CPU" in knobs[k]["detail"]
     assert not knobs["h2d.non_blocking"]["applied"]
     assert "no CUDA device" in knobs["h2d.non_blocking"]["detail"]
+
+
+def test_out_holding_files_torchtriage_did_not_write_is_refused_and_left_alone(tmp_path):
+    """A profiler's own traces and a diagnosis.json of the user's: nothing is deleted (issue 18,
+    item 2); the run is refused before the script starts."""
+    out = tmp_path / "run"
+    out.mkdir()
+    theirs = {"rank0_7.pt.trace.json": '{"traceEvents": []}', "diagnosis.json": '{"mine": 1}'}
+    for name, text in theirs.items():
+        (out / name).write_text(text)
+    proc, _ = run(tmp_path, "--", "python", str(SCRIPTS / "tiny_loop.py"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"torchtriage: error: --out {out} holds files torchtriage did not write (diagnosis.json, "
+        "rank0_7.pt.trace.json); give a new or empty directory (a previous torchtriage run "
+        "directory is fine: its files move to previous-<time>/)")
+    assert {p.name: p.read_text() for p in out.iterdir()} == theirs
+
+
+@pytest.mark.parametrize("marked", [True, False])
+def test_a_previous_run_directory_moves_into_previous(tmp_path, marked):
+    """A run directory of torchtriage's (marked, or from before the mark: a run record among
+    torchtriage's file names) is reused: its files move to DIR/previous-<time>/, untouched."""
+    out = tmp_path / "run"
+    out.mkdir()
+    old = {"run.rank0.json": "{}", "rank0_1.2.pt.trace.json.gz": "trace", "diagnosis.json": "{}"}
+    if marked:  # the mark says the directory was torchtriage's: all of it moves
+        old.update({".torchtriage": "{}", "notes.txt": "written during that run"})
+    for name, text in old.items():
+        (out / name).write_text(text)
+    proc, _ = run(tmp_path, "--", "python", "-c", "pass")
+    assert proc.returncode == 1 and "no training step detected" in proc.stderr
+    (previous,) = out.glob("previous-*")
+    assert {p.name: p.read_text() for p in previous.iterdir()} == old
+    assert sorted(p.name for p in out.iterdir()) == [".torchtriage", previous.name]
+
+
+@pytest.mark.parametrize("command", ["run", "ab", "fix"])
+def test_out_naming_a_file_is_a_one_line_error(tmp_path, command):
+    target = tmp_path / "afile"
+    target.write_text("mine")
+    proc = subprocess.run([sys.executable, "-m", "torchtriage", command, "--out", str(target),
+                           "--", "python", str(SCRIPTS / "tiny_loop.py")], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"torchtriage: error: --out {target} is a file, not a directory: give a directory (a new "
+        "one is created)")
+    assert target.read_text() == "mine"

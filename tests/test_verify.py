@@ -366,7 +366,8 @@ def test_sigkill_mid_run_leaves_every_completed_trial_in_the_store(tmp_path, run
     out = tmp_path / "ab"
     proc = subprocess.Popen(
         [sys.executable, "-m", "torchtriage", "ab", "--out", str(out), "--trials", "5",
-         "--steps", "4", "--json", "--", "python", TINY, "--sleep-ms", "200"],
+         "--steps", "4", "--min-measure-s", "0", "--json", "--", "python", TINY,
+         "--sleep-ms", "200"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     try:

@@ -17,6 +17,7 @@ import msgspec
 import typer
 from rich.console import Console
 
+from torchtriage.capture.interrupt import forwarding
 from torchtriage.capture.runner import (
     describe_failure,
     python_command,
@@ -543,7 +544,8 @@ def schema(
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return the exit status instead of raising."""
     try:
-        app(args=argv, prog_name="torchtriage")  # standalone: usage errors exit 2 with a line
+        with forwarding():  # SIGTERM/SIGINT/SIGHUP: stop the command's group, exit 128 + N
+            app(args=argv, prog_name="torchtriage")  # usage errors exit 2 with a line
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KeyboardInterrupt:

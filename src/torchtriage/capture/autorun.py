@@ -114,6 +114,8 @@ class AutoRun:
         sys.excepthook = excepthook
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
+            if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # forwarded by the parent
+                signal.signal(signal.SIGHUP, self._on_sigterm)
 
     # --- steps ----------------------------------------------------------------------------
 

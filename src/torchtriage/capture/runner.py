@@ -1,9 +1,13 @@
 """``torchtriage run``: start a command with the zero-code bootstrap and collect what it recorded.
 
-The parent process validates knobs before anything starts, runs the command in its own process
-group with ``TORCHTRIAGE_RUN`` set and the bootstrap first on ``PYTHONPATH``, enforces the
-timeout (SIGTERM, which the bootstrap turns into a clean exit that saves the trace, then
-SIGKILL), and finally diagnoses every rank trace in the run directory into ``diagnosis.json``.
+The parent process validates knobs before anything starts, claims the run directory
+(:mod:`~torchtriage.capture.rundir`: never deletes a file it did not write), runs the command
+in its own process group with ``TORCHTRIAGE_RUN`` set and the bootstrap first on
+``PYTHONPATH``, stops it after the timeout or when torchtriage itself gets SIGTERM, SIGINT or
+SIGHUP (:mod:`~torchtriage.capture.interrupt`: the signal to the command, which the bootstrap
+turns into a clean exit that saves the trace, a grace period, then SIGKILL for whatever is left
+of its process group and descendants), and finally diagnoses every rank trace in the run
+directory into ``diagnosis.json``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from pathlib import Path
 
 import msgspec
 
+from torchtriage.capture import interrupt, processes
+from torchtriage.capture.rundir import claim_run_dir
 from torchtriage.diagnosis.diagnose import diagnose_out_of_memory
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis, WindowCheck
@@ -39,7 +45,8 @@ from torchtriage.trace.discover import TRACE_SUFFIXES
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds torchtriage/
-TERM_GRACE_S = 15.0
+TERM_GRACE_S = 15.0  # for the command to save and exit after SIGTERM
+GROUP_GRACE_S = 5.0  # then for the rest of its process group
 POLL_S = 0.5  # how often the parent looks for an early window while the command trains
 log = logging.getLogger(__name__)
 
@@ -51,6 +58,7 @@ class RunResult:
     timed_out: bool
     traces: list[Path]
     records: list[RunRecord]
+    interrupted: int | None = None  # the signal torchtriage got and forwarded to it
     diagnosis: Diagnosis | JobDiagnosis | None = None  # once write_diagnosis ran
 
     @property
@@ -102,10 +110,8 @@ def run_command(
     if not command:
         raise TorchtriageError("no command to run: put it after --, e.g. "
                                "torchtriage run -- python train.py")
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in [*out.glob("run.rank*.json"), *out.glob("window.rank*.json"),
-                  *_trace_files(out), out / "diagnosis.json"]:
-        stale.unlink(missing_ok=True)
+    interrupt.check()  # no new command once torchtriage was told to stop
+    claim_run_dir(out)
     resolved = msgspec.structs.replace(config, out=str(out.resolve()))
     env = dict(os.environ)
     env["TORCHTRIAGE_RUN"] = resolved.to_json(indent=0)
@@ -117,6 +123,8 @@ def run_command(
             stdout = stderr = files.enter_context(open(log, "wb"))
         elif quiet_output:
             stdout = subprocess.DEVNULL
+        files.enter_context(interrupt.forwarding(defer=True, convert=False))
+        files.enter_context(interrupt.waiting_on_command())
         try:
             proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=stdout,
                                     stderr=stderr)
@@ -124,10 +132,14 @@ def run_command(
             raise TorchtriageError(f"command not found: {command[0]}") from None
         except PermissionError:
             raise TorchtriageError(f"command not executable: {command[0]}") from None
-        returncode, timed_out = _wait(proc, timeout, _window_watch(out, on_window))
+        try:
+            returncode, timed_out, signalled = _wait(proc, timeout,
+                                                     _window_watch(out, on_window))
+        finally:
+            _kill_group(proc)  # an exception in the wait (a second signal): nothing survives
     traces, records = rank_files(out)
     return RunResult(out=out, returncode=returncode, timed_out=timed_out, traces=traces,
-                     records=records)
+                     records=records, interrupted=signalled)
 
 
 def _window_watch(out: Path, on_window: Callable[[Path, list[WindowCheck]], None] | None
@@ -153,42 +165,70 @@ def _window_watch(out: Path, on_window: Callable[[Path, list[WindowCheck]], None
 
 
 def _wait(proc: subprocess.Popen, timeout: float | None,
-          poll: Callable[[], None] | None = None) -> tuple[int, bool]:
-    """Wait for the command (stopping it after ``timeout``), calling ``poll`` now and then:
-    its exit status, and whether it timed out."""
+          poll: Callable[[], None] | None = None) -> tuple[int, bool, int | None]:
+    """Wait for the command, calling ``poll`` now and then; stop it after ``timeout``, or when
+    torchtriage receives a signal (forwarded to the command's group, see
+    :mod:`torchtriage.capture.interrupt`). Returns its exit status, whether it timed out and
+    the signal that stopped it (None)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while True:
+            signum = interrupt.pending()
+            if signum is not None:
+                return _stop(proc, signum), False, signum
             left = None if deadline is None else deadline - time.monotonic()
-            step = POLL_S if poll is not None else left
-            if left is not None and step is not None:
-                step = min(step, max(left, 0.0))
+            step = POLL_S if left is None else min(POLL_S, max(left, 0.0))
             try:
-                return proc.wait(timeout=step), False
+                return proc.wait(timeout=step), False, None
             except subprocess.TimeoutExpired:
                 if deadline is not None and time.monotonic() >= deadline:
-                    return _stop(proc), True
-                if poll is not None:
+                    return _stop(proc, signal.SIGTERM), True, None
+                if poll is not None and interrupt.pending() is None:
                     poll()
-    except KeyboardInterrupt:
-        _stop(proc)
+    except KeyboardInterrupt:  # no guard installed (not the main thread)
+        _stop(proc, signal.SIGINT)
         raise
 
 
-def _stop(proc: subprocess.Popen) -> int:
-    """SIGTERM the process group (the bootstrap saves and exits), then SIGKILL."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return proc.wait()
-    deadline = time.monotonic() + TERM_GRACE_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return proc.returncode
-        time.sleep(0.1)
+def _stop(proc: subprocess.Popen, signum: int) -> int:
+    """Stop the command, leaving nothing behind: ``signum`` to the command (the bootstrap
+    saves and exits; a DataLoader or torchrun stops its own workers), ``TERM_GRACE_S`` for it
+    and ``GROUP_GRACE_S`` for the rest of its group and its descendants to go by themselves;
+    then ``signum`` to what is left (the child of a shell wrapper, say) and ``GROUP_GRACE_S``
+    more; then SIGKILL. A second signal to torchtriage cuts every wait short."""
+    snapshot = processes.family(proc.pid)
+
+    def gone() -> bool:
+        return proc.poll() is not None and not processes.survivors(snapshot)
+
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    return proc.wait()
+        os.kill(proc.pid, signum)
+    _wait_until(lambda: proc.poll() is not None, TERM_GRACE_S)
+    if proc.poll() is not None:
+        _wait_until(gone, GROUP_GRACE_S)
+    if not gone():
+        snapshot.update(processes.family(proc.pid) if proc.poll() is None else {})
+        processes.send(proc.pid, snapshot, signum)
+        _wait_until(gone, GROUP_GRACE_S)
+    _kill_group(proc, snapshot)
+    return proc.returncode
+
+
+def _wait_until(done: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline and not interrupt.insists():
+        time.sleep(0.1)
+
+
+def _kill_group(proc: subprocess.Popen, snapshot: dict[int, str] | None = None) -> None:
+    """SIGKILL whatever is left of the command's group (and of ``snapshot``); reap it."""
+    snapshot = snapshot or {}
+    if proc.poll() is None:
+        snapshot = {**snapshot, **processes.family(proc.pid)}
+    if proc.poll() is None or processes.group_members(proc.pid) or \
+            processes.survivors(snapshot):
+        processes.kill(proc.pid, snapshot)
+    proc.wait()
 
 
 def _trace_files(out: Path) -> list[Path]:
@@ -245,7 +285,11 @@ def rank_files(out: Path) -> tuple[list[Path], list[RunRecord]]:
 def describe_failure(result: RunResult, timeout: float | None) -> str | None:
     """One line saying what went wrong with the command, or None when it went well."""
     kept = (f"; recorded {len(result.traces)} trace(s), kept in {result.out}"
-            if result.traces else f"; nothing was profiled (run records in {result.out})")
+            if result.traces else f"; nothing was profiled (run records in {result.out})"
+            if result.records else "; nothing was profiled")
+    if result.interrupted is not None:
+        return (f"interrupted by {interrupt.signal_name(result.interrupted)}: the command was "
+                f"stopped{kept}")
     report = next((r.out_of_memory for r in result.records if r.out_of_memory), None)
     if report is not None:
         return (f"the command ran out of memory on step {report.step}; the memory diagnosis "

@@ -10,8 +10,13 @@ report detail (timeline lanes and memory curves), never the loaded trace tables.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+import shutil
+import stat
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,11 +27,13 @@ from torchtriage.analysis.timeline import Timeline, timeline
 from torchtriage.diagnosis.diagnose import diagnose
 from torchtriage.diagnosis.job import JobDiagnosis, diagnose_job
 from torchtriage.diagnosis.result import Diagnosis, OutOfMemory, WindowCheck
+from torchtriage.errors import TraceError
 from torchtriage.trace.discover import find_trace_files, rank_of_trace_file
 from torchtriage.trace.ingest import MEMORY_LIMIT_ENV, default_memory_limit, load_trace
 from torchtriage.trace.model import Trace
 
 TracePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+STDIN = "-"  # a path that means standard input
 
 
 @dataclass(frozen=True)
@@ -89,15 +96,72 @@ def _combine(diagnoses: list[Diagnosis]) -> Diagnosis | JobDiagnosis:
     return diagnoses[0] if len(diagnoses) == 1 else diagnose_job(diagnoses)
 
 
-def _files(paths: TracePaths) -> list[Path]:
-    if isinstance(paths, (str, os.PathLike)):
-        return find_trace_files(paths)
-    return [f for p in paths for f in find_trace_files(p)]
+def _files(paths: TracePaths, stdin: Path | None = None) -> list[Path]:
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    return [f for p in items
+            for f in ([stdin] if stdin is not None and str(p) == STDIN
+                      else find_trace_files(_readable(p)))]
+
+
+def _readable(path: str | os.PathLike[str]) -> str | os.PathLike[str]:
+    """``path`` when it is a file or directory (or does not exist: the loader says so); a
+    FIFO, a device (``/dev/zero``, a terminal as ``/dev/stdin``) or a socket is refused."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return path
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return path
+    kind = ("a FIFO (pipe)" if stat.S_ISFIFO(mode) else "a character device"
+            if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise TraceError(f"{path}: {kind}, not a trace file or directory (a trace can be piped "
+                     f"in as -: torchtriage analyze - < trace.json.gz)")
+
+
+@contextlib.contextmanager
+def _stdin_spool(paths: TracePaths) -> Iterator[Path | None]:
+    """``-`` among ``paths``: standard input (plain or gzip JSON) read into a temporary file
+    for the time of the diagnosis, at most the free space of the temporary folder less
+    1 GiB; None otherwise."""
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not any(str(p) == STDIN for p in items):
+        yield None
+        return
+    if sys.stdin is None or sys.stdin.isatty():
+        raise TraceError("-: standard input is a terminal; pipe a trace into it "
+                         "(torchtriage analyze - < trace.json.gz)")
+    with tempfile.TemporaryDirectory(prefix="torchtriage-stdin-") as folder:
+        target = Path(folder) / "stdin.json"
+        room = shutil.disk_usage(folder).free - 2**30
+        size = 0
+        with open(target, "wb") as out:
+            while chunk := sys.stdin.buffer.read(1 << 20):
+                size += len(chunk)
+                if size > room:
+                    raise TraceError(f"-: standard input is larger than the {max(room, 0):,} "
+                                     f"bytes free in {folder}; save it to a file")
+                out.write(chunk)
+        yield target
 
 
 def _run(paths: TracePaths, options: DiagnoseOptions, detail: bool
          ) -> list[tuple[Diagnosis, TraceDetail | None]]:
-    files = _files(paths)
+    with _stdin_spool(paths) as stdin:
+        if stdin is None:
+            return _run_files(_files(paths), options, detail)
+        try:
+            pairs = _run_files(_files(paths, stdin), options, detail)
+        except TraceError as exc:
+            raise TraceError(str(exc).replace(str(stdin), STDIN)) from None
+    for d, _ in pairs:
+        if d.trace.path == str(stdin):
+            d.trace.path = STDIN
+    return pairs
+
+
+def _run_files(files: list[Path], options: DiagnoseOptions, detail: bool
+               ) -> list[tuple[Diagnosis, TraceDetail | None]]:
     workers = min(len(files), options.workers or os.cpu_count() or 1)
     if workers <= 1:
         return [_diagnose_file(p, options, None, detail) for p in files]

@@ -40,6 +40,8 @@ from typing import Any
 
 import msgspec
 
+from torchtriage.capture import interrupt
+from torchtriage.capture.rundir import claim_run_dir
 from torchtriage.capture.runner import run_command, write_diagnosis
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.knobs import served
@@ -111,40 +113,71 @@ def run_fix(
         command: the training command, as for ``torchtriage run`` (python or torchrun).
         settings: budget, A/B trial settings and device memory (default :class:`FixSettings`).
 
+    Every A/B trial is committed to ``store`` under the fix run as it finishes.
+
     Raises:
         TorchtriageError: the command fails as written (nothing to fix from).
+        Interrupted: torchtriage got SIGTERM, SIGINT or SIGHUP: the command in flight was
+            stopped, and ``fix.json`` (``stopped_because: "interrupted by SIG..."``, no final
+            A/B), ``fix.md`` and ``fix.patch`` say what was found so far.
     """
     settings = settings or FixSettings()
-    out.mkdir(parents=True, exist_ok=True)
+    claim_run_dir(out)
     budget = _Budget(settings.budget_s)
     store_id = store.start_run("fix", command, out_dir=out) if store else None
-    loop = _Loop(command, out, budget, settings, progress)
-    try:
-        result = loop.run()
-    except BaseException:
+    loop = _Loop(command, out, budget, settings, progress, _trial_sink(store, store_id))
+    stopped_by: interrupt.Interrupted | None = None
+    with interrupt.forwarding(defer=True):
+        try:
+            result = loop.run()
+        except interrupt.Interrupted as exc:  # keep what was found so far
+            stopped_by = exc
+            result = loop.interrupted(exc.name)
+        except BaseException:
+            if store:
+                store.finish_run(store_id, "failed", "fix did not finish")
+            raise
+        patch = make_patch(loop.kept, loop.outcomes(), command, cwd)
+        if patch.diff:
+            (out / "fix.patch").write_text(patch.diff)
+            result.patch_file = str(out / "fix.patch")
+            result.patch_files = patch.files
+        result.instructions = patch.instructions
+        result.store_id = store_id
+        result.summary = _summary(result)
+        (out / "fix.json").write_text(result.to_json() + "\n")
+        (out / "fix.md").write_text(fix_markdown(result, patch.diff))
         if store:
-            store.finish_run(store_id, "failed", "fix did not finish")
-        raise
-    patch = make_patch(loop.kept, loop.outcomes(), command, cwd)
-    if patch.diff:
-        (out / "fix.patch").write_text(patch.diff)
-        result.patch_file = str(out / "fix.patch")
-        result.patch_files = patch.files
-    result.instructions = patch.instructions
-    result.store_id = store_id
-    result.summary = _summary(result)
-    (out / "fix.json").write_text(result.to_json() + "\n")
-    (out / "fix.md").write_text(fix_markdown(result, patch.diff))
-    if store:
-        store.finish_run(store_id, "done", result.headline(), msgspec.to_builtins(result))
+            store.finish_run(store_id, "interrupted" if stopped_by else "done",
+                             result.headline(), msgspec.to_builtins(result))
+        if stopped_by is not None:
+            stopped_by.detail = (f"what was found so far is in {out / 'fix.json'} "
+                                 f"({result.trials_run} trial(s)"
+                                 + (f", stored under run {store_id}" if store else "") + ")")
+            raise stopped_by
     return result
+
+
+def _trial_sink(store, store_id: int | None) -> Callable[[Path, Trial], None] | None:
+    """Commit each A/B trial to the run store under the fix run as it finishes (``ab``: the
+    A/B's directory)."""
+    if not store:
+        return None
+
+    def add(ab_dir: Path, trial: Trial) -> None:
+        store.add_trial(store_id, trial.arm, trial.idx, trial.status,
+                        time.time() - trial.wall_s,
+                        {**msgspec.to_builtins(trial), "ab": ab_dir.name})
+
+    return add
 
 
 class _Loop:
     def __init__(self, command: list[str], out: Path, budget: _Budget, settings: FixSettings,
-                 progress: Progress | None) -> None:
+                 progress: Progress | None,
+                 sink: Callable[[Path, Trial], None] | None = None) -> None:
         self.command, self.out, self.budget = command, out, budget
-        self.settings, self.progress = settings, progress
+        self.settings, self.progress, self.sink = settings, progress, sink
         self.kept: dict[str, Any] = {}
         self.kept_order: list[dict[str, Any]] = []
         self.fix_steps: list[FixStep] = []
@@ -154,6 +187,7 @@ class _Loop:
         self.original: list[Trial] = []  # baseline trials of the original configuration
         self.incumbent: list[Trial] = []  # trials of the current kept configuration
         self.trials_run = 0
+        self.trials_recorded = 0  # fresh trials as they finish (an interrupted A/B's too)
         self.ab_count = 0
         # prescription -> (times tried, kept configuration then, last A/B verdict)
         self.tried: dict[str, tuple[int, dict[str, Any] | None, str | None]] = {}
@@ -178,6 +212,8 @@ class _Loop:
                            device_memory=device_memory, skip=self.skip)
         result = run_command(self.command, config, timeout=self.settings.trial.timeout,
                              log=run_dir / "output.log")
+        if result.interrupted is not None:
+            raise interrupt.Interrupted(result.interrupted)
         if not self.budget.profile_s:
             self.budget.profile_s = time.monotonic() - start
             self.budget.trial_estimate_s = _trial_estimate(result.rank0(), self.settings.trial)
@@ -361,7 +397,8 @@ class _Loop:
             prior = {"A": self.incumbent}
         ab = run_ab(self.command, ab_dir, settings or self.settings.trial, knobs=knobs,
                     baseline_knobs=self.kept, adaptive=True, progress=progress, prior=prior,
-                    min_fresh=min_fresh, deadline=self.budget.start + self.budget.seconds)
+                    min_fresh=min_fresh, deadline=self.budget.start + self.budget.seconds,
+                    on_trial=self._on_trial(ab_dir))
         fresh = [t for t in ab.trials if not t.reused]
         self.trials_run += len(fresh)
         self.budget.trial_s.extend(t.wall_s for t in fresh)
@@ -414,21 +451,40 @@ class _Loop:
         return self._ab(knobs, label + " (second look)", settings=settings, prior=prior,
                         min_fresh=2)
 
+    def _on_trial(self, ab_dir: Path) -> Callable[[Trial], None]:
+        def recorded(trial: Trial) -> None:
+            self.trials_recorded += 1
+            if self.sink is not None:
+                self.sink(ab_dir, trial)
+
+        return recorded
+
+    def interrupted(self, signal_name: str) -> FixResult:
+        """What was found before a signal stopped the loop (no final A/B): the kept fixes
+        were each proven by their own A/B; a search cut short says so."""
+        why = f"interrupted by {signal_name}"
+        self.trials_run = max(self.trials_run, self.trials_recorded)  # the cut A/B's too
+        for step in self.fix_steps:
+            if step.result == "dropped" and not step.why:
+                step.result, step.why = "skipped", f"{why} during its A/B"
+        return self._finish(why, final_ab=False)
+
     def _keep(self, knobs: dict[str, Any]) -> None:
         for knob, value in knobs.items():
             self.kept[knob] = value
             self.kept_order = [k for k in self.kept_order if k["knob"] != knob]
             self.kept_order.append({"knob": knob, "value": value})
 
-    def _finish(self, stopped: str) -> FixResult:
+    def _finish(self, stopped: str, *, final_ab: bool = True) -> FixResult:
         final: ABResult | None = None
-        if self.kept and self.original:
+        if self.kept and self.original and final_ab:
             self._say("final A/B: kept configuration against the original")
             progress = (lambda text, k, n, trial: self.progress("final: " + text, k, n, trial)
                         ) if self.progress else None
             final = run_ab(self.command, self.out / "final", self.settings.trial,
                            knobs=self.kept, adaptive=True, min_fresh=2, progress=progress,
-                           prior={"A": self.original, "B": self.incumbent})
+                           prior={"A": self.original, "B": self.incumbent},
+                           on_trial=self._on_trial(self.out / "final"))
             self.trials_run += sum(not t.reused for t in final.trials)
             self.last_trials = [t for t in final.trials if t.arm == "B" and not t.reused
                                 and t.status == "ok"] + self.last_trials

@@ -24,6 +24,7 @@ from torchtriage.analysis.timeline import Timeline
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.diagnosis.traces import TraceDetail
+from torchtriage.report.text import printable
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;
@@ -60,7 +61,7 @@ _LAYER_COLOURS = {"data_loading": "#f59e0b", "host": "#8b5cf6", "kernel": "#3b82
 
 def esc(value: Any) -> str:
     """HTML text for any value (names from traces included)."""
-    return html.escape(str(value), quote=True)
+    return html.escape(printable(value), quote=True)
 
 
 def script_json(value: Any) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from torchtriage.report.text import plain, printable
 from torchtriage.results.ab import Trial
 
 
@@ -12,9 +13,10 @@ class TrialProgress:
     """A one-line live display of the trial being run: what, k of n, elapsed."""
 
     def __init__(self, console: Console, *, enabled: bool) -> None:
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+        self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                                 transient=True, disable=not enabled)
+                                 transient=True,  # a log gets the trial lines, no bar
+                                 disable=not (enabled and console.is_terminal))
         self.console = console
         self.enabled = enabled
         self.task = None
@@ -31,17 +33,19 @@ class TrialProgress:
             self.task = self.progress.add_task("", total=n or None)
         if n < 0:  # a finding worth keeping on screen
             if self.enabled:
-                self.console.print(label, highlight=False, markup=False)
+                self.console.print(plain(label), highlight=False)
             return
         if n == 0:  # a phase, not a trial
-            self.progress.update(self.task, description=label, total=None, completed=0)
+            self.progress.update(self.task, description=printable(label), total=None,
+                                 completed=0)
             return
         if trial is None:
-            self.progress.update(self.task, description=f"trial {k}/{n}: {label}", total=n)
+            self.progress.update(self.task, description=printable(f"trial {k}/{n}: {label}"),
+                                 total=n)
             return
         self.progress.update(self.task, completed=k)
         if self.enabled:
             what = (f"{trial.mean_step_ms:.1f} ms/step" if trial.status == "ok"
                     else f"{trial.status}: {trial.error}")
-            self.console.print(f"[dim]trial {k}/{n} {trial.arm}{trial.idx}: {what}[/dim]",
-                               highlight=False, markup=True)
+            self.console.print(plain(f"trial {k}/{n} {trial.arm}{trial.idx}: {what}", "dim"),
+                               highlight=False)

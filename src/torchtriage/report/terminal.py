@@ -10,6 +10,7 @@ from rich.text import Text
 
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.report.text import add_row, plain
 
 _MAX_STEP_COLUMNS = 8
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
@@ -54,10 +55,10 @@ def _header(d: Diagnosis) -> Panel:
     body = Text()
     body.append(f"Bottleneck: {d.primary}", style="bold")
     body.append(f"   confidence: {d.confidence}\n")
-    body.append(d.summary + "\n")
-    body.append(where, style="dim")
+    body.append(plain(d.summary + "\n"))
+    body.append(plain(where, style="dim"))
     title = f"torchtriage · {t.path}" if t.path else "torchtriage"
-    return Panel(body, title=title, title_align="left", box=box.ROUNDED)
+    return Panel(body, title=plain(title), title_align="left", box=box.ROUNDED)
 
 
 def _steps(numbers: list[int]) -> str:
@@ -90,7 +91,7 @@ def _layers(d: Diagnosis) -> Table:
         )
         style = "bold" if name == d.primary else None
         share = f"{layer.share:.1%}" if name != "memory" else "-"
-        table.add_row(name, share, _bar(layer.share), f"{layer.time_ms:,.1f}", evidence,
+        add_row(table, name, share, _bar(layer.share), f"{layer.time_ms:,.1f}", evidence,
                       style=style)
     return table
 
@@ -106,9 +107,9 @@ def _breakdown(d: Diagnosis) -> Table:
     table.add_column("total", justify="right")
     table.add_column("share", justify="right")
     for cat in b.categories:
-        table.add_row(cat, *[f"{s.exposed_ms[cat]:.1f}" for s in steps],
+        add_row(table, cat, *[f"{s.exposed_ms[cat]:.1f}" for s in steps],
                       f"{b.exposed_ms[cat]:.1f}", f"{b.share[cat]:.1%}")
-    table.add_row("step wall", *[f"{s.wall_ms:.1f}" for s in steps], f"{b.wall_ms:.1f}", "100%",
+    add_row(table, "step wall", *[f"{s.wall_ms:.1f}" for s in steps], f"{b.wall_ms:.1f}", "100%",
                   style="bold")
     return table
 
@@ -118,26 +119,26 @@ def _findings(d: Diagnosis) -> Table:
     table.add_column("severity")
     table.add_column("message")
     for f in d.findings:
-        table.add_row(Text(f.severity, style=_SEVERITY_STYLE.get(f.severity)), f.message)
+        add_row(table, plain(f.severity, style=_SEVERITY_STYLE.get(f.severity)), f.message)
     return table
 
 
 def _prescriptions(d: Diagnosis) -> Group:
     lines: list[RenderableType] = [
-        Text("What to fix first (primary layer first, cheapest first within a layer)",
+        plain("What to fix first (primary layer first, cheapest first within a layer)",
              style="italic")
     ]
     for i, p in enumerate(d.prescriptions, 1):
-        head = Text(f"{i:>3}. ")
+        head = plain(f"{i:>3}. ")
         head.append(p.id, style="bold" if i == 1 else "bold dim" if p.layer != d.primary else "")
         head.append(f"  [{p.layer} · cost {p.cost}: {p.cost_label}]  ", style="dim")
-        head.append(p.title)
+        head.append(plain(p.title))
         lines.append(head)
         for code_line in p.code.splitlines():
-            lines.append(Text("       " + code_line, style="cyan"))
-        lines.append(Text(f"       why: {p.reason}. gain: {p.expected_gain}. "
+            lines.append(plain("       " + code_line, style="cyan"))
+        lines.append(plain(f"       why: {p.reason}. gain: {p.expected_gain}. "
                           f"verify: {p.verify}.", style="dim"))
-    lines.append(Text(""))
+    lines.append(plain(""))
     return Group(*lines)
 
 
@@ -149,7 +150,7 @@ def _top_ops(d: Diagnosis) -> list[Table]:
         for col in ("name", "calls", "self ms", "self %", "total ms"):
             t.add_column(col, justify="left" if col == "name" else "right", overflow="fold")
         for r in host:
-            t.add_row(r.name, str(r.count), f"{r.self_ms:.2f}", f"{r.share:.1%}",
+            add_row(t, r.name, str(r.count), f"{r.self_ms:.2f}", f"{r.share:.1%}",
                       f"{r.total_ms:.2f}")
         out.append(t)
     device = d.top_ops.get("device", []) if d.gpu is None else []
@@ -158,7 +159,7 @@ def _top_ops(d: Diagnosis) -> list[Table]:
         for col in ("name", "calls", "ms", "% of device time"):
             t.add_column(col, justify="left" if col == "name" else "right", overflow="fold")
         for r in device:
-            t.add_row(r.name[:120], str(r.count), f"{r.total_ms:.2f}", f"{r.share:.1%}")
+            add_row(t, r.name[:120], str(r.count), f"{r.total_ms:.2f}", f"{r.share:.1%}")
         out.append(t)
     return out
 
@@ -170,7 +171,7 @@ def _gpu(d: Diagnosis) -> list[RenderableType]:
     lines.append("GPU utilization ", style="bold")
     lines.append(f"{g.utilization:.1%} of step time busy ({g.busy_ms:,.1f} ms)")
     for s in g.streams[:4]:
-        lines.append(f"; stream {s.stream}: {s.utilization:.1%}")
+        lines.append(plain(f"; stream {s.stream}: {s.utilization:.1%}"))
     lines.append("\n")
     t = g.temporal
     if t is not None:
@@ -199,7 +200,7 @@ def _gpu(d: Diagnosis) -> list[RenderableType]:
     for col in ("class", "count", "ms", "share", "tensor-core ms", "no tensor core ms"):
         classes.add_column(col, justify="left" if col == "class" else "right")
     for c in g.kernel_classes:
-        classes.add_row(c.cls, str(c.count), f"{c.time_ms:,.2f}", f"{c.share:.1%}",
+        add_row(classes, c.cls, str(c.count), f"{c.time_ms:,.2f}", f"{c.share:.1%}",
                         f"{c.tensor_core_ms:,.2f}", f"{c.no_tensor_core_ms:,.2f}")
     kernels = Table(title="Top kernels by time", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("kernel", "class", "TC", "calls", "ms", "share", "launched by"):
@@ -207,7 +208,7 @@ def _gpu(d: Diagnosis) -> list[RenderableType]:
                            overflow="fold")
     for k in g.top_kernels:
         tc = "-" if k.tensor_cores is None else ("yes" if k.tensor_cores else "no")
-        kernels.add_row(k.name[:100], k.cls, tc, str(k.count), f"{k.time_ms:,.2f}",
+        add_row(kernels, k.name[:100], k.cls, tc, str(k.count), f"{k.time_ms:,.2f}",
                         f"{k.share:.1%}", k.launched_by or "-")
     return [Panel(lines, title="GPU", title_align="left", box=box.ROUNDED), classes, kernels]
 
@@ -219,7 +220,7 @@ def _collectives(d: Diagnosis) -> Table:
                 "busbw GB/s"):
         t.add_column(col, justify="left" if col == "op" else "right")
     for c in d.collectives:
-        t.add_row(c.op, str(c.count), f"{c.per_step:g}", f"{c.time_ms:,.2f}", f"{c.mean_ms:.3f}",
+        add_row(t, c.op, str(c.count), f"{c.per_step:g}", f"{c.time_ms:,.2f}", f"{c.mean_ms:.3f}",
                   f"{c.bytes_per_call / 1e6:,.1f}" if c.bytes_per_call else "-",
                   f"{c.algbw_gbps:,.2f}" if c.algbw_gbps is not None else "-",
                   f"{c.busbw_gbps:,.2f}" if c.busbw_gbps is not None else "-")
@@ -227,8 +228,8 @@ def _collectives(d: Diagnosis) -> Table:
 
 
 def _missing(d: Diagnosis) -> Text:
-    text = Text("Not in this trace: ", style="bold")
-    text.append("; ".join(d.missing) + "\n", style="dim")
+    text = plain("Not in this trace: ", style="bold")
+    text.append(plain("; ".join(d.missing) + "\n", style="dim"))
     return text
 
 
@@ -237,7 +238,7 @@ def _memory(d: Diagnosis) -> Table:
     for col in ("device", "peak allocated", "peak reserved", "capacity", "peak / capacity"):
         t.add_column(col, justify="left" if col == "device" else "right")
     for m in d.memory:
-        t.add_row(
+        add_row(t,
             m.device, _gib(m.peak_allocated_bytes), _gib(m.peak_reserved_bytes),
             f"{_gib(m.capacity_bytes)} ({m.capacity_source})" if m.capacity_bytes else "unknown",
             f"{m.peak_fraction:.0%}" if m.peak_fraction is not None else "-",
@@ -257,7 +258,7 @@ def _dynamic(d: Diagnosis) -> Table:
     for col in ("op", "steps", "distinct per-step shape sets", "examples"):
         t.add_column(col, overflow="fold")
     for s in d.dynamic_shapes:
-        t.add_row(s.op, str(s.steps_seen), str(s.distinct_signatures), " | ".join(s.examples))
+        add_row(t, s.op, str(s.steps_seen), str(s.distinct_signatures), " | ".join(s.examples))
     return t
 
 
@@ -266,7 +267,7 @@ def job_renderable(job: JobDiagnosis) -> RenderableType:
     head = Text()
     head.append(f"Job bottleneck: {job.primary}", style="bold")
     head.append(f"   confidence: {job.confidence}   ranks: {job.world_size}\n")
-    head.append(job.summary)
+    head.append(plain(job.summary))
     table = Table(title="Ranks side by side (share of step time)", box=box.SIMPLE_HEAD,
                   title_justify="left")
     layers = list(job.ranks[0].shares) if job.ranks else []
@@ -274,11 +275,11 @@ def job_renderable(job: JobDiagnosis) -> RenderableType:
         table.add_column(col, justify="left" if col in ("rank", "primary") else "right")
     straggler = job.straggler.rank if job.straggler else None
     for r in job.ranks:
-        table.add_row(str(r.rank), r.primary, f"{r.median_step_ms:.1f}",
+        add_row(table, str(r.rank), r.primary, f"{r.median_step_ms:.1f}",
                       *[f"{r.shares[x]:.1%}" for x in layers],
                       style="bold red" if r.rank == straggler else None)
     parts: list[RenderableType] = [Panel(head, title="torchtriage · job", title_align="left",
                                          box=box.ROUNDED), table]
     for f in job.findings:
-        parts.append(Text(f"{f.severity}: {f.message}", style=_SEVERITY_STYLE.get(f.severity)))
+        parts.append(plain(f"{f.severity}: {f.message}", style=_SEVERITY_STYLE.get(f.severity)))
     return Group(*parts)

@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from torchtriage.report.text import add_row, plain
 from torchtriage.results.ab import ABResult
 from torchtriage.results.compare import Comparison
 
@@ -20,28 +21,28 @@ _VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "no_change": "bo
 def comparison_renderable(c: Comparison) -> RenderableType:
     head = Text()
     head.append(f"{c.verdict}", style=_VERDICT_STYLE.get(c.verdict, "bold"))
-    head.append(f"  {c.summary}")
+    head.append(plain(f"  {c.summary}"))
     sides = Table(box=box.SIMPLE_HEAD, title="Sides")
     for col in ("", "path", "traces", "steps", "median step ms", "bottleneck"):
         sides.add_column(col)
     for label, s in (("A", c.a), ("B", c.b)):
-        sides.add_row(label, Text(s.path), str(s.traces), str(s.steps),
+        add_row(sides, label, plain(s.path), str(s.traces), str(s.steps),
                       f"{s.median_step_ms:.2f}", s.primary)
     deltas = Table(box=box.SIMPLE_HEAD, title="Where the time went (ms per step)")
     for col in ("category", "layer", "A", "B", "delta"):
         deltas.add_column(col, justify="right" if col in ("A", "B", "delta") else "left")
     for d in c.deltas:
-        deltas.add_row(d.category, d.layer, f"{d.a_ms:.2f}", f"{d.b_ms:.2f}",
-                       Text(f"{d.delta_ms:+.2f}", style=_delta_style(d.delta_ms)))
+        add_row(deltas, d.category, d.layer, f"{d.a_ms:.2f}", f"{d.b_ms:.2f}",
+                       plain(f"{d.delta_ms:+.2f}", style=_delta_style(d.delta_ms)))
     parts: list[RenderableType] = [Panel(head, title="torchtriage compare", expand=False),
                                    sides, deltas]
     for title, rows in (("Host ops (self time)", c.ops), ("Device ops", c.device_ops)):
         if rows:
             parts.append(_op_table(title, rows))
     if c.parity is not None:
-        parts.append(Text(f"Loss parity: {c.parity.status} ({c.parity.detail})"))
+        parts.append(plain(f"Loss parity: {c.parity.status} ({c.parity.detail})"))
     if c.store_id is not None:
-        parts.append(Text(f"stored as run {c.store_id}", style="dim"))
+        parts.append(plain(f"stored as run {c.store_id}", style="dim"))
     return Group(*parts)
 
 
@@ -51,8 +52,8 @@ def _op_table(title: str, rows) -> Table:
     for col in ("calls A", "calls B", "ms A", "ms B", "delta ms"):
         t.add_column(col, justify="right", no_wrap=True)
     for r in rows:
-        t.add_row(Text(_short(r.name, 52)), f"{r.a_count:g}", f"{r.b_count:g}", f"{r.a_ms:.3f}",
-                  f"{r.b_ms:.3f}", Text(f"{r.delta_ms:+.3f}", style=_delta_style(r.delta_ms)))
+        add_row(t, plain(_short(r.name, 52)), f"{r.a_count:g}", f"{r.b_count:g}", f"{r.a_ms:.3f}",
+                  f"{r.b_ms:.3f}", plain(f"{r.delta_ms:+.3f}", style=_delta_style(r.delta_ms)))
     return t
 
 
@@ -63,8 +64,8 @@ def _delta_style(delta: float) -> str:
 def ab_renderable(r: ABResult) -> RenderableType:
     head = Text()
     head.append(r.verdict, style=_VERDICT_STYLE.get(r.verdict, "bold"))
-    head.append(f"  {r.summary}")
-    arms = Table(box=box.SIMPLE_HEAD, title=Text("Arms of: " + " ".join(r.a.command)[:90]))
+    head.append(plain(f"  {r.summary}"))
+    arms = Table(box=box.SIMPLE_HEAD, title=plain("Arms of: " + " ".join(r.a.command)[:90]))
     for col in ("arm", "what", "trials ok", "mean step ms", "steps/s", "samples/s",
                 "start-up s"):
         arms.add_column(col, overflow="fold")
@@ -73,7 +74,7 @@ def ab_renderable(r: ABResult) -> RenderableType:
             what = " ".join(a.command)
         else:
             what = " ".join(f"{k}={v}" for k, v in a.knobs.items()) or "as written"
-        arms.add_row(arm, Text(what[:60]), f"{a.trials_ok}/{r.trials_per_arm}",
+        add_row(arms, arm, plain(what[:60]), f"{a.trials_ok}/{r.trials_per_arm}",
                      _num(a.mean_step_ms), _num(a.steps_per_s), _num(a.samples_per_s),
                      _num(a.warmup_end_s))
     trials = Table(box=box.SIMPLE_HEAD, title=f"Trials (ABBA order; {r.warmup} warm-up + "
@@ -85,17 +86,17 @@ def ab_renderable(r: ABResult) -> RenderableType:
                            f"{t.compile['graph_breaks']} graph break(s)" if t.compile else "")
         if t.outlier:
             note = "outlier, set aside" + (f"; {note}" if note else "")
-        trials.add_row(str(k), f"{t.arm}{t.idx}", t.status, _num(t.mean_step_ms),
-                       f"{t.wall_s:.1f}", Text(note[:70]))
+        add_row(trials, str(k), f"{t.arm}{t.idx}", t.status, _num(t.mean_step_ms),
+                       f"{t.wall_s:.1f}", plain(note[:70]))
     parts: list[RenderableType] = [Panel(head, title="torchtriage ab", expand=False), arms,
                                    trials]
     p = r.parity
     line = f"Loss parity: {p.status} ({p.precision}"
     if p.max_deviation is not None:
         line += f", max deviation {p.max_deviation:.2g} over {p.steps_compared} steps"
-    parts.append(Text(line + f"; {p.detail})"))
+    parts.append(plain(line + f"; {p.detail})"))
     for knob, o in r.knobs.items():
-        parts.append(Text(f"knob {knob}={o.value}: {'applied' if o.applied else 'NOT applied'}"
+        parts.append(plain(f"knob {knob}={o.value}: {'applied' if o.applied else 'NOT applied'}"
                           f" ({o.detail})"))
     if r.startup is not None:
         s = r.startup
@@ -104,8 +105,8 @@ def ab_renderable(r: ABResult) -> RenderableType:
             line += f" (torch.compile reported {s.compile_s:.1f} s)"
         if s.break_even_steps:
             line += f"; pays back after {s.break_even_steps} steps"
-        parts.append(Text(line))
-    parts.append(Text(f"ab.json and trial logs in {r.out}"
+        parts.append(plain(line))
+    parts.append(plain(f"ab.json and trial logs in {r.out}"
                       + (f"; stored as run {r.store_id}" if r.store_id is not None else ""),
                       style="dim"))
     return Group(*parts)
@@ -130,6 +131,6 @@ def history_table(rows) -> Table:
         what = r.command if isinstance(r.command, str) else " ".join(map(str, r.command))
         if r.knobs:
             what = " ".join(f"{k}={v}" for k, v in r.knobs.items()) + " | " + what
-        t.add_row(str(r.id), r.kind, when, r.status, Text(_short(what, 60)),
-                  Text(_short(r.summary or "", 60)))
+        add_row(t, str(r.id), r.kind, when, r.status, plain(_short(what, 60)),
+                  plain(_short(r.summary or "", 60)))
     return t

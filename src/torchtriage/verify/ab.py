@@ -19,6 +19,8 @@ from typing import Any
 
 import msgspec
 
+from torchtriage.capture import interrupt
+from torchtriage.capture.rundir import claim_run_dir
 from torchtriage.capture.runner import merge_knob_logs, run_command
 from torchtriage.diagnosis.knobs import warmup_for
 from torchtriage.errors import TorchtriageError
@@ -54,6 +56,7 @@ def run_ab(
     deadline: float | None = None,
     store=None,
     progress: ProgressFn | None = None,
+    on_trial: Callable[[Trial], None] | None = None,
 ) -> ABResult:
     """Run the A/B experiment described in the module docstring.
 
@@ -75,9 +78,13 @@ def run_ab(
             stopped (its measured steps still count); the fix loop's budget.
         store: a :class:`~torchtriage.verify.store.RunStore` to record into, or None.
         progress: called before each trial (``label, k, n, None``) and after (with the trial).
+        on_trial: called with each trial as it is recorded (the fix loop stores its trials
+            under its own run).
 
     Raises:
         TorchtriageError: bad settings, or the baseline failed (the trials are kept).
+        Interrupted: torchtriage got SIGTERM, SIGINT or SIGHUP: the trial in flight was
+            stopped (and is not recorded), the completed ones are.
     """
     settings = settings or TrialSettings()
     base = dict(baseline_knobs or {})
@@ -91,8 +98,7 @@ def run_ab(
     if knobs.get("compile.mode", "none") != "none":
         settings = dataclasses.replace(settings, warmup=max(settings.warmup, COMPILE_WARMUP))
     command_b = candidate or command
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "trials.jsonl").unlink(missing_ok=True)
+    claim_run_dir(out)
     store_id = store.start_run("ab", command, knobs=knobs, out_dir=out) if store else None
     arms = {"A": (command, base), "B": (command_b, knobs)}
     done: list[Trial] = []
@@ -102,35 +108,40 @@ def run_ab(
     stopped: dict[str, str] = {}  # arm -> why it gets no more trials
     fresh = 0
     total = 2 * trials - len(done)
-    try:
-        while (arm := _next_arm(done, trials)) is not None:
-            label = _label(arm, {k: v for k, v in knobs.items() if base.get(k) != v},
-                           candidate)
-            fresh += 1
-            if progress:
-                progress(label, fresh, total, None)
-            idx = sum(t.arm == arm for t in done) + 1
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            trial = _run_trial(arm, idx, *arms[arm], out, settings, deadline)
-            done.append(trial)
-            with open(out / "trials.jsonl", "ab") as f:
-                f.write(msgspec.json.encode(trial) + b"\n")
+    with interrupt.forwarding(defer=True):
+        try:
+            while (arm := _next_arm(done, trials)) is not None:
+                label = _label(arm, {k: v for k, v in knobs.items() if base.get(k) != v},
+                               candidate)
+                fresh += 1
+                if progress:
+                    progress(label, fresh, total, None)
+                idx = sum(t.arm == arm for t in done) + 1
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                trial = _run_trial(arm, idx, *arms[arm], out, settings, deadline)
+                done.append(trial)
+                _record(trial, out, store, store_id, on_trial)
+                if progress:
+                    progress(label, fresh, total, trial)
+                interrupt.check()
+                if trial.status != "ok" and all(t.status != "ok" for t in done
+                                                if t.arm == arm):
+                    stopped[arm] = trial.error or trial.status  # it would fail again
+                    break
+                if (adaptive and fresh % 2 == 0 and fresh >= min_fresh
+                        and _decided(done, knobs, settings.min_effect, settings.confidence)):
+                    break
+        except (KeyboardInterrupt, interrupt.Interrupted) as exc:
+            ran = sum(not t.reused for t in done)
+            why = (f"interrupted by {exc.name}" if isinstance(exc, interrupt.Interrupted)
+                   else "interrupted by the user")
             if store:
-                store.add_trial(store_id, arm, trial.idx, trial.status,
-                                time.time() - trial.wall_s, msgspec.to_builtins(trial))
-            if progress:
-                progress(label, fresh, total, trial)
-            if trial.status != "ok" and all(t.status != "ok" for t in done if t.arm == arm):
-                stopped[arm] = trial.error or trial.status  # fails from the start: it will again
-                break
-            if (adaptive and fresh % 2 == 0 and fresh >= min_fresh
-                    and _decided(done, knobs, settings.min_effect, settings.confidence)):
-                break
-    except KeyboardInterrupt:
-        if store:
-            store.finish_run(store_id, "failed", "interrupted by the user")
-        raise
+                store.finish_run(store_id, "interrupted", f"{why} after {ran} trial(s)")
+            if isinstance(exc, interrupt.Interrupted):
+                exc.detail = (f"the {ran} completed trial(s) are in {out / 'trials.jsonl'}"
+                              + (f" and run {store_id} of the run store" if store else ""))
+            raise
     result = _result(done, arms, knobs, settings, out)
     result.baseline_knobs = base
     result.store_id = store_id
@@ -142,6 +153,18 @@ def run_ab(
         raise TorchtriageError(f"the baseline failed, so nothing was compared: {stopped['A']} "
                                f"(trial logs in {out / 'trials'})", )
     return result
+
+
+def _record(trial: Trial, out: Path, store, store_id: int | None,
+            on_trial: Callable[[Trial], None] | None) -> None:
+    """Commit a finished trial: ``trials.jsonl``, the run store, ``on_trial``."""
+    with open(out / "trials.jsonl", "ab") as f:
+        f.write(msgspec.json.encode(trial) + b"\n")
+    if store:
+        store.add_trial(store_id, trial.arm, trial.idx, trial.status,
+                        time.time() - trial.wall_s, msgspec.to_builtins(trial))
+    if on_trial:
+        on_trial(trial)
 
 
 def _kept(trials: list[Trial]) -> tuple[list[Trial], Trial | None]:
@@ -212,6 +235,8 @@ def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], ou
                        mode="time", timing_warmup=warmup, timing_min_s=settings.min_measure_s)
     result = run_command(command, config, timeout=max(left, 1.0) if by_budget else timeout,
                          log=trial_dir / "output.log")
+    if result.interrupted is not None:  # stopped by a signal to torchtriage: not a trial
+        raise interrupt.Interrupted(result.interrupted)
     wall = round(time.perf_counter() - start, 3)
     records = result.records
     base = {"arm": arm, "idx": idx, "returncode": result.returncode, "wall_s": wall,

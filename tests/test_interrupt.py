@@ -1,0 +1,176 @@
+"""Signals to torchtriage `run`, `ab` and `fix` (issue 18, items 1 and 8): the command's process
+group is stopped (its DataLoader workers included: nothing outlives torchtriage), what was
+recorded is written, and the exit status is 128 + the signal; a SIGKILLed `fix` leaves every
+trial it finished in the run store.
+
+The script is a real training loop fed by a DataLoader with 2 worker processes; each test waits
+(with a generous deadline, never a timed assertion) until the work it interrupts is under way.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from torchtriage.verify.store import RunStore
+
+REPO = Path(__file__).resolve().parents[1]
+LOADER = str(Path(__file__).parent / "scripts" / "endless_loader.py")
+DEADLINE_S = 300
+
+
+def start(tmp_path: Path, *args: str) -> subprocess.Popen:
+    """`torchtriage ARGS` in the background, its output in tmp_path/stdout and stderr."""
+    with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:
+        return subprocess.Popen([sys.executable, "-m", "torchtriage", *map(str, args)],
+                                cwd=REPO, stdout=stdout, stderr=stderr)
+
+
+def wait_for(proc: subprocess.Popen, what: Callable[[], bool], tmp_path: Path) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not what():
+        assert proc.poll() is None, (tmp_path / "stderr").read_text()
+        assert time.monotonic() < deadline, "the work to interrupt never started"
+        time.sleep(0.2)
+
+
+def family(pid: int) -> list[psutil.Process]:
+    """The processes torchtriage started (the script, its DataLoader workers), as now."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def stop(proc: subprocess.Popen, signum: int) -> tuple[int, list[psutil.Process]]:
+    """Send ``signum`` to torchtriage: its exit status, and what of its family outlived it."""
+    procs = family(proc.pid)
+    proc.send_signal(signum)
+    try:
+        code = proc.wait(timeout=120)
+    finally:
+        survivors = alive(procs)
+        for p in survivors:  # never leave them to the next test
+            p.kill()
+    return code, survivors
+
+
+def workers_running(pid: int) -> bool:
+    """The script and both of its DataLoader workers are up."""
+    return sum("endless_loader" in " ".join(p.cmdline()) for p in alive(family(pid))) >= 3
+
+
+def trial_lines(out: Path) -> int:
+    return sum(len(f.read_text().splitlines()) for f in out.rglob("trials.jsonl"))
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130),
+                                              (signal.SIGHUP, 129)])
+def test_a_signal_to_run_stops_the_script_and_its_workers_and_keeps_the_record(
+        tmp_path, run_store, signum, code):
+    out = tmp_path / "run"
+    proc = start(tmp_path, "run", "--out", out, "--", "python", LOADER)
+    wait_for(proc, lambda: (out / "window.rank0.json").exists() and workers_running(proc.pid),
+             tmp_path)
+    status, survivors = stop(proc, signum)
+    assert status == code, (tmp_path / "stderr").read_text()
+    assert not survivors
+    name = signal.Signals(signum).name
+    assert (tmp_path / "stderr").read_text().strip().splitlines()[-1] == (
+        f"torchtriage: error: interrupted by {name}: the command was stopped; recorded 1 "
+        f"trace(s), kept in {out}")
+    assert list(out.glob("rank0_*.pt.trace.json.gz"))
+    assert json.loads((out / "run.rank0.json").read_text())["steps_detected"] > 0
+    assert json.loads((out / "diagnosis.json").read_text())["primary"] == "data_loading"
+    (row,) = RunStore(run_store).runs()
+    assert row.summary.startswith(f"interrupted by {name}") and row.result is not None
+
+
+def test_sigterm_to_ab_stops_the_trial_in_flight_and_keeps_the_completed_ones(tmp_path,
+                                                                              run_store):
+    out = tmp_path / "ab"
+    proc = start(tmp_path, "ab", "--out", out, "--trials", "3", "--steps", "4", "--json", "--",
+                 "python", LOADER, "--steps", "100000")
+    wait_for(proc, lambda: trial_lines(out) >= 1 and workers_running(proc.pid), tmp_path)
+    status, survivors = stop(proc, signal.SIGTERM)
+    assert status == 143 and not survivors
+    (row,) = RunStore(run_store).runs()
+    trials = RunStore(run_store).trials(row.id)
+    on_disk = (out / "trials.jsonl").read_text().splitlines()
+    assert row.status == "interrupted" and len(trials) == len(on_disk) >= 1
+    assert all(t["status"] == "ok" for t in trials)
+    assert (tmp_path / "stderr").read_text().strip().splitlines()[-1] == (
+        f"torchtriage: interrupted by SIGTERM: the {len(on_disk)} completed trial(s) are in "
+        f"{out / 'trials.jsonl'} and run {row.id} of the run store")
+
+
+def test_sigterm_to_fix_writes_what_it_found_so_far(tmp_path, run_store):
+    out = tmp_path / "fix"
+    proc = start(tmp_path, "fix", "--out", out, "--trials", "2", "--steps", "4", "--json",
+                 "--", "python", LOADER, "--steps", "100000")
+    wait_for(proc, lambda: trial_lines(out) >= 1 and workers_running(proc.pid), tmp_path)
+    status, survivors = stop(proc, signal.SIGTERM)
+    assert status == 143 and not survivors
+    result = json.loads((out / "fix.json").read_text())
+    assert result["stopped_because"] == "interrupted by SIGTERM"
+    assert result["rounds"][0]["primary"] == "data_loading"
+    (row,) = RunStore(run_store).runs()
+    assert row.kind == "fix" and row.status == "interrupted" and row.result is not None
+    assert len(RunStore(run_store).trials(row.id)) == trial_lines(out) >= 1
+
+
+def test_sigkill_mid_fix_leaves_every_finished_trial_in_the_store(tmp_path, run_store):
+    out = tmp_path / "fix"
+    proc = start(tmp_path, "fix", "--out", out, "--trials", "3", "--steps", "4", "--json",
+                 "--", "python", LOADER, "--steps", "100000")
+    wait_for(proc, lambda: trial_lines(out) >= 2, tmp_path)
+    stop(proc, signal.SIGKILL)  # nothing is forwarded: stop() kills what it left behind
+    (row,) = RunStore(run_store).runs()
+    assert row.kind == "fix" and row.status == "interrupted"
+    trials = RunStore(run_store).trials(row.id)
+    assert len(trials) == trial_lines(out) >= 2
+    assert all(t["status"] == "ok" and t["ab"] for t in trials)
+
+
+def test_the_guard_stops_at_once_between_commands_and_restores_the_handlers():
+    from torchtriage.capture import interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(interrupt.Interrupted) as caught, interrupt.forwarding():
+        signal.raise_signal(signal.SIGTERM)
+        pytest.fail("the signal did not stop the guarded code")
+    assert caught.value.code == 143 and caught.value.name == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is before and interrupt.pending() is None
+
+
+def test_a_deferring_guard_stops_where_it_is_safe_and_a_second_signal_at_once():
+    from torchtriage.capture import interrupt
+
+    reached = []
+    with pytest.raises(interrupt.Interrupted) as caught, interrupt.forwarding(defer=True):
+        signal.raise_signal(signal.SIGHUP)
+        reached.append(interrupt.pending())  # recorded, not raised: the bookkeeping goes on
+        with pytest.raises(interrupt.Interrupted):
+            interrupt.check()
+        signal.raise_signal(signal.SIGINT)  # a second signal: no more waiting
+        reached.append("past the second signal")
+    assert reached == [signal.SIGHUP] and caught.value.code == 129  # the first one counts
