@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchtriage.analysis.categories import categories_for, category_masks
-from torchtriage.analysis.intervals import covers, merge
+from torchtriage.analysis.intervals import covers, merge, unique
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import Trace
 
@@ -85,7 +85,7 @@ def attribute(
         s, e = merge(np.clip(starts, lo, hi), np.clip(ends, lo, hi))
         merged.append((s, e))
         points.extend((s, e))
-    bounds = np.unique(np.concatenate(points))
+    bounds = unique(np.concatenate(points))
     seg_start, seg_end = bounds[:-1], bounds[1:]
     mid = (seg_start + seg_end) / 2
     length = seg_end - seg_start

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchtriage.analysis.correlation import runtime_for
-from torchtriage.analysis.intervals import merge
+from torchtriage.analysis.intervals import merge, unique
 from torchtriage.trace.model import HOST_KINDS, EventKind, Trace
 
 _HTA_COMM = re.compile(r"^nccl.*Kernel")
@@ -67,7 +67,7 @@ def hta_device_rows(trace: Trace) -> np.ndarray:
     rows = np.flatnonzero((ev.stream >= 0) & ~np.isin(ev.kind, _NOT_DEVICE))
     host = np.isin(ev.kind, HOST_KINDS)
     steps = np.flatnonzero(host & ev.name_mask(lambda n: "ProfilerStep" in n))
-    if np.unique(ev.name_id[steps]).size >= 2:
+    if unique(ev.name_id[steps]).size >= 2:
         last_start = ev.ts[steps].max()
         launched = np.flatnonzero(np.isin(ev.kind, (*HOST_KINDS, EventKind.RUNTIME))
                                   & (ev.correlation >= 0) & (ev.ts < last_start))
@@ -160,7 +160,7 @@ def idle_breakdown(trace: Trace, kernel_wait_us: float) -> list[IdleSplit]:
     launch_ts = np.where(launch >= 0, ev.ts[np.maximum(launch, 0)], -np.inf)
     out = []
     keys = np.stack([ev.device[rows], ev.stream[rows]], axis=1)
-    for device, stream in np.unique(keys, axis=0).tolist():  # sorted (device, stream)
+    for device, stream in unique(keys, axis=0).tolist():  # sorted (device, stream)
         sel = np.flatnonzero((keys[:, 0] == device) & (keys[:, 1] == stream))
         sel = sel[np.argsort(ev.ts[rows[sel]], kind="stable")]
         prev_end = ev.end[rows[sel]][:-1]

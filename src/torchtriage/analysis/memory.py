@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from torchtriage.analysis.intervals import unique
 from torchtriage.trace.model import Trace
 
 CPU_DEVICE_TYPE = 0
@@ -36,7 +37,7 @@ def memory_peaks(trace: Trace) -> list[DeviceMemory]:
         return []
     key = mem.device_type.astype(np.int64) * 1_000 + mem.device_id.astype(np.int64)
     out = []
-    for k in np.unique(key):
+    for k in unique(key):
         sel = key == k
         alloc = mem.total_allocated[sel]
         reserved = mem.total_reserved[sel]
@@ -74,7 +75,7 @@ def memory_curves(trace: Trace, max_points: int = 3000) -> list[MemoryCurve]:
         return []
     t0 = float(mem.ts.min())
     curves = []
-    pairs = np.unique(np.stack([mem.device_type, mem.device_id], 1), axis=0).tolist()
+    pairs = unique(np.stack([mem.device_type, mem.device_id], 1), axis=0).tolist()
     for device_type, device_id in pairs:
         sel = np.flatnonzero((mem.device_type == device_type) & (mem.device_id == device_id))
         sel = sel[np.argsort(mem.ts[sel], kind="stable")]

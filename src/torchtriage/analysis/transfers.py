@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from torchtriage.analysis.intervals import unique
 from torchtriage.analysis.ops import in_steps
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import EventKind, Trace
@@ -101,7 +102,7 @@ def _contains(ev, rows: np.ndarray, inner: np.ndarray) -> np.ndarray:
     out = np.zeros(rows.size, dtype=bool)
     if not rows.size or not inner.size:
         return out
-    for thread in np.unique(ev.thread_id[rows]):
+    for thread in unique(ev.thread_id[rows]):
         mine = ev.thread_id[rows] == thread
         starts = np.sort(ev.ts[inner[ev.thread_id[inner] == thread]])
         lo = np.searchsorted(starts, ev.ts[rows[mine]], side="left")

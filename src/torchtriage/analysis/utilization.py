@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torchtriage.analysis.intervals import covered_within, merge
+from torchtriage.analysis.intervals import covered_within, merge, unique
 from torchtriage.analysis.kernels import KERNEL_CLASSES, DeviceOps
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import Trace
@@ -57,7 +57,7 @@ def busy_time(trace: Trace, ops: DeviceOps, steps: StepWindows) -> tuple[float, 
     per_stream = []
     keys = np.stack([ev.device[ops.rows], ev.stream[ops.rows]], axis=1) if ops.rows.size else \
         np.zeros((0, 2), dtype=np.int64)
-    for device, stream in np.unique(keys, axis=0).tolist():  # sorted (device, stream)
+    for device, stream in unique(keys, axis=0).tolist():  # sorted (device, stream)
         sel = ops.rows[(keys[:, 0] == device) & (keys[:, 1] == stream)]
         per_stream.append(StreamBusy(device=device, stream=stream,
                                      busy_us=union_in_steps(trace, sel, steps),

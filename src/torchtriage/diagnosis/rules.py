@@ -19,7 +19,7 @@ from torchtriage.analysis.categories import (
     is_host_communication,
 )
 from torchtriage.analysis.collectives import CollectiveStats
-from torchtriage.analysis.intervals import covers, merge
+from torchtriage.analysis.intervals import covers, merge, unique
 from torchtriage.analysis.kernels import KERNEL_CLASSES, DeviceOps
 from torchtriage.analysis.launch import LaunchStats
 from torchtriage.analysis.memory import DeviceMemory
@@ -491,7 +491,7 @@ def _runs_low_precision(f: Facts) -> bool:
     ops = f.device.ops
     ev = f.trace.events
     matrix = np.isin(ops.cls, [KERNEL_CLASSES.index(c) for c in _MATRIX_CLASSES])
-    names = (ev.names[i] for i in np.unique(ev.name_id[ops.rows[matrix]]))
+    names = (ev.names[i] for i in unique(ev.name_id[ops.rows[matrix]]))
     return any(_LOW_PRECISION.search(n) for n in names)
 
 

@@ -148,10 +148,23 @@ def default_memory_limit() -> tuple[int, str]:
         except TorchtriageError:
             raise TraceError(f"{MEMORY_LIMIT_ENV}={configured!r} is not a size such as "
                              "8GiB") from None
+    return int(_available_memory() * _AVAILABLE_SHARE), \
+        f"{_AVAILABLE_SHARE:.0%} of the memory available"
+
+
+def _available_memory() -> int:
+    """Bytes of memory available now: Linux's ``MemAvailable`` read directly (what psutil
+    reports there, without psutil's 40 ms import in a short command), psutil elsewhere."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     import psutil
 
-    return int(psutil.virtual_memory().available * _AVAILABLE_SHARE), \
-        f"{_AVAILABLE_SHARE:.0%} of the memory available"
+    return int(psutil.virtual_memory().available)
 
 
 def load_trace(path: str | os.PathLike[str], memory_limit: int | None = None) -> Trace:
