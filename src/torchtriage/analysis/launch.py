@@ -50,10 +50,11 @@ def launch_stats(trace: Trace, ops: DeviceOps, steps: StepWindows,
     dur = ev.dur[kernels]
     short = dur < short_kernel_us
     total = float(dur.sum())
-    launcher_name = np.array([ev.names[ev.name_id[r]] if r >= 0 else "" for r in launch.tolist()],
-                             dtype=object)
-    single = np.array([bool(_SINGLE_LAUNCH.search(n)) for n in launcher_name], dtype=bool)
-    graph = np.array([bool(_GRAPH_LAUNCH.search(n)) for n in launcher_name], dtype=bool)
+    launchers = launch[linked]  # the patterns are matched once per distinct name
+    single = np.zeros(kernels.size, dtype=bool)
+    single[linked] = ev.name_mask(_SINGLE_LAUNCH.search)[launchers]
+    graph = np.zeros(kernels.size, dtype=bool)
+    graph[linked] = ev.name_mask(_GRAPH_LAUNCH.search)[launchers]
     n = max(kernels.size, 1)
     return LaunchStats(
         kernels=int(kernels.size),
