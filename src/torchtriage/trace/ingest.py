@@ -99,14 +99,16 @@ def load_trace(path: str | os.PathLike[str], memory_limit: int | None = None,
             events, is truncated, or its tables would not fit in the memory limit (message is
             one line, naming the file).
     """
-    from torchtriage.trace.parallel import decode_in_two, decoders
+    from torchtriage.trace.parallel import PIECE_BYTES, decode_in_two, decoders
 
     path = Path(path)
     if memory_limit is None:
         limit, limit_source = default_memory_limit()
     else:
         limit, limit_source = memory_limit, "this worker's share of the memory available"
-    chunks: EventChunks[ChunkColumns] = EventChunks(path, decode_chunk)
+    parallel = decoders(path, workers) > 1
+    chunks: EventChunks[ChunkColumns] = EventChunks(
+        path, decode_chunk, **({"block_bytes": PIECE_BYTES} if parallel else {}))
     tables = TableBuilder()
 
     def add(chunk: ChunkColumns) -> None:
@@ -119,7 +121,7 @@ def load_trace(path: str | os.PathLike[str], memory_limit: int | None = None,
                 "or profile fewer steps")
 
     try:
-        if decoders(path, workers) > 1:
+        if parallel:
             decode_in_two(chunks, add)
         else:
             for chunk in chunks:

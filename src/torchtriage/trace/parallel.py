@@ -1,30 +1,35 @@
-"""Decode one large trace with two processes: this one and a forked decoder.
+"""Decode one large trace with three processes: this one and two forked decoders.
 
-This process reads and inflates the file and cuts the events array into pieces at the likely
-ends of events (:meth:`EventChunks.pieces`); each piece is decoded into columns either here or,
-when the decoder is idle, by the decoder, which sends back its :class:`ChunkColumns` as one
-msgpack message (compact columns, never pickled tables). Chunks are merged in file order, so the
-tables are exactly those of a sequential load.
+This process reads and inflates the file, cuts the events array into pieces at the likely ends
+of events (:meth:`EventChunks.pieces`) and merges; the decoders turn pieces into columns, each
+getting its next piece as soon as it answers. A decoder sends back a piece's
+:class:`ChunkColumns` as one msgpack message (compact columns, never pickled tables). Chunks are
+merged in file order, so the tables are exactly those of a sequential load. (This process
+decoding every other piece itself was slower on 2 cores: while it decodes it holds the GIL, so
+the threads that fed the decoder and read its answers waited, and the decoder idled 45 % of the
+time.)
 
 A piece that does not decode (its cut fell inside a string, or the data is corrupt) stops the
 sharing: what is in flight is collected, the pieces from the failed one on are handed back to
 the stream, and from there every cut is checked here, where corrupt data is reported with its
-byte offset. No file is written: the pieces and the results travel over a pipe, and the decoder
-is stopped on every way out (an error, Ctrl-C), so an interrupted load leaves nothing behind.
+byte offset. No file is written: the pieces and the results travel over pipes, and the decoders
+are stopped on every way out (an error, Ctrl-C), so an interrupted load leaves nothing behind.
 
 Measured on 2 cores (benchmarks/trace_scale.py): worth it from tens of MB of JSON on; below
-:data:`PARALLEL_MIN_BYTES` the fork and the transfers cost more than they save.
+:data:`PARALLEL_MIN_BYTES` the forks and the transfers cost more than they save.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
 import signal
 from collections.abc import Callable
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -34,6 +39,10 @@ from torchtriage.trace.stream import SYNC, EventChunks, Piece, _as_array
 logger = logging.getLogger(__name__)
 
 PARALLEL_MIN_BYTES = 48 * 2**20  # of uncompressed JSON
+# Bytes of JSON per piece: small enough that the last piece (decoded while the others wait)
+# and the first block (scanned here before any piece) are short, large enough that the
+# per-piece costs (messages, merges) stay small; 2 MB was fastest of 0.5-4 MB here.
+PIECE_BYTES = 2 * 2**20
 _FAILED = b""  # the decoder's answer for a piece that does not decode
 
 
@@ -68,35 +77,61 @@ def raw_size(path: Path) -> int:
 
 def decode_in_two(chunks: EventChunks[ChunkColumns], add: Callable[[ChunkColumns], None]
                   ) -> None:
-    """Feed ``add`` every chunk of ``chunks`` in file order, decoded here and by a forked
-    decoder."""
+    """Feed ``add`` every chunk of ``chunks`` in file order, decoded by two forked decoders
+    while this process reads, inflates, cuts and merges."""
     context = multiprocessing.get_context("fork")
-    here, there = context.Pipe()
-    decoder = context.Process(target=_decoder, args=(there, here), daemon=True,
-                              name="torchtriage-decoder")
-    decoder.start()
-    there.close()
+    decoders: list[_Decoder] = []
+    finished = False
     try:
-        _Dispatch(chunks, add, here).run()
-        here.send_bytes(_FAILED)  # an empty message: stop
+        for _ in range(2):
+            decoders.append(_Decoder(context, [end for d in decoders for end in d.ours]))
+        _Dispatch(chunks, add, decoders).run()
+        finished = True
     finally:
-        here.close()
-        decoder.join(timeout=1)
-        if decoder.is_alive():
-            decoder.terminate()
-            decoder.join()
+        for decoder in decoders:
+            decoder.stop(now=not finished)  # an error or Ctrl-C: their work is not wanted
+
+
+class _Decoder:
+    """A forked decoder and this process's ends of its two pipes; ``index``: the piece it is
+    decoding, if any."""
+
+    def __init__(self, context: Any, inherited: list[Connection]) -> None:
+        pieces_in, self.pieces = context.Pipe(duplex=False)  # (reading end, writing end)
+        self.answers, answers_out = context.Pipe(duplex=False)
+        self.ours = [self.pieces, self.answers]
+        self.process = context.Process(target=_decode_pieces,
+                                       args=(pieces_in, answers_out, [*inherited, *self.ours]),
+                                       daemon=True, name="torchtriage-decoder")
+        self.process.start()
+        pieces_in.close()
+        answers_out.close()
+        self.index: int | None = None
+
+    def stop(self, now: bool) -> None:
+        if now:
+            self.process.terminate()
+        else:
+            with contextlib.suppress(OSError):
+                self.pieces.send_bytes(_FAILED)  # an empty piece: stop
+        self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join()
+        for end in self.ours:
+            end.close()
 
 
 class _Dispatch:
-    """The pieces of one load: which is decoded where, and the merge in order."""
+    """The pieces of one load: which decoder takes which, and the merge in order. A decoder
+    gets its next piece as soon as it answers (the piece is cut ahead while they work)."""
 
     def __init__(self, chunks: EventChunks[ChunkColumns], add: Callable[[ChunkColumns], None],
-                 conn: Connection) -> None:
-        self.chunks, self.add, self.conn = chunks, add, conn
+                 decoders: list[_Decoder]) -> None:
+        self.chunks, self.add, self.decoders = chunks, add, decoders
         self.unpack = msgspec.msgpack.Decoder(ChunkColumns)
         self.held: dict[int, Piece] = {}  # pieces not merged yet, for a rewind
         self.ready: dict[int, ChunkColumns | None] = {}  # decoded, None: did not decode
-        self.away: int | None = None  # the piece at the decoder
         self.count = 0  # pieces and chunks numbered so far
         self.merged = 0  # chunks merged so far
 
@@ -111,23 +146,38 @@ class _Dispatch:
                 self.ready[index] = item
             else:
                 self.held[index] = item
-                self.collect(block=False)
-                if self.away is None:
-                    self.conn.send_bytes(item.text)
-                    self.away = index
-                else:
-                    self.ready[index] = _decode(item)
-                    if self.ready[index] is None:
-                        self.settle()
+                free = self.free_decoder()
+                if free is None:  # both gone: decode here, with checks from the first lost
+                    self.ready[index] = None
+                    self.settle()
+                    continue
+                free.pieces.send_bytes(item.text)
+                free.index = index
             self.merge()
         self.settle()
 
-    def collect(self, block: bool) -> None:
-        """The decoder's answer, if it is there (or waiting for it)."""
-        if self.away is not None and (block or self.conn.poll()):
-            answer = self.conn.recv_bytes()
-            self.ready[self.away] = self.unpack.decode(answer) if answer else None
-            self.away = None
+    def free_decoder(self) -> _Decoder | None:
+        """A decoder without a piece, waiting for an answer when both have one."""
+        while True:
+            for decoder in self.decoders:
+                if decoder.index is None and decoder.process.is_alive():
+                    return decoder
+            busy = [d.answers for d in self.decoders if d.index is not None]
+            if not busy:
+                return None
+            for conn in wait(busy):
+                self.collect(next(d for d in self.decoders if d.answers is conn))
+            self.merge()
+
+    def collect(self, decoder: _Decoder) -> None:
+        try:
+            answer = decoder.answers.recv_bytes()
+        except (EOFError, OSError):  # the decoder is gone: its piece is decoded again here
+            answer = _FAILED
+            decoder.process.join(timeout=1)
+        assert decoder.index is not None
+        self.ready[decoder.index] = self.unpack.decode(answer) if answer else None
+        decoder.index = None
 
     def merge(self) -> None:
         while self.ready.get(self.merged) is not None:
@@ -137,8 +187,10 @@ class _Dispatch:
 
     def settle(self) -> None:
         """Every piece so far decoded and merged, or handed back from the first that did not
-        decode on (and the rest of the file cut with checks)."""
-        self.collect(block=True)
+        decode on (and the rest of the file cut with checks, here)."""
+        for decoder in self.decoders:
+            if decoder.index is not None:
+                self.collect(decoder)
         self.merge()
         if self.merged == self.count:
             return
@@ -158,15 +210,17 @@ def _decode(piece: Piece) -> ChunkColumns | None:
         return None
 
 
-def _decoder(conn: Connection, parent_end: Connection) -> None:
+def _decode_pieces(pieces: Connection, answers: Connection,
+                   parent_ends: list[Connection]) -> None:
     """The forked decoder: a piece in, its columns out (an empty message when it does not
     decode), until an empty piece or the pipe's end."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loading process's to handle
-    parent_end.close()
+    for end in parent_ends:
+        end.close()
     pack = msgspec.msgpack.Encoder()
     while True:
         try:
-            text = conn.recv_bytes()
+            text = pieces.recv_bytes()
         except (EOFError, OSError):
             return
         if not text:
@@ -176,6 +230,6 @@ def _decoder(conn: Connection, parent_end: Connection) -> None:
         except Exception:  # any failure: this piece is decoded again, with checks, there
             answer = _FAILED
         try:
-            conn.send_bytes(answer)
+            answers.send_bytes(answer)
         except OSError:
             return

@@ -115,11 +115,19 @@ class EventChunks(Generic[T]):
                 continue
             if phase == "prefix":
                 data, start = tail + block, len(tail)
-                positions, depths, in_string, escaped = _structure(
-                    data, start, in_string, escaped, depth)
-                if len(depths):
-                    depth = int(depths[-1])
-                opened = _events_array_start(data, positions, depths)
+                opened = None
+                key = data.find(_KEY, start - min(start, len(_KEY)))
+                if key >= 0:  # the usual case: scan only up to the key, not the whole block
+                    head = data[:key + len(_KEY) + _LOOKBACK]
+                    positions, depths, _, _ = _structure(head, start, in_string, escaped,
+                                                         depth)
+                    opened = _events_array_start(head, positions, depths)
+                if opened is None:
+                    positions, depths, in_string, escaped = _structure(
+                        data, start, in_string, escaped, depth)
+                    if len(depths):
+                        depth = int(depths[-1])
+                    opened = _events_array_start(data, positions, depths)
                 if opened is None:
                     prefix += block
                     tail = data[-_LOOKBACK:]
