@@ -8,8 +8,7 @@ of a step sum to its wall time exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.categories import categories_for, category_masks
@@ -18,8 +17,7 @@ from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import Trace
 
 
-@dataclass(frozen=True)
-class StepBreakdown:
+class StepBreakdown(msgspec.Struct, frozen=True):
     """Exposed time per step and category, in microseconds."""
 
     categories: tuple[str, ...]

@@ -25,8 +25,8 @@ the trace's precision.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.correlation import runtime_for
@@ -50,8 +50,7 @@ def hta_kernel_type(name: str) -> str:
     return "compute"
 
 
-@dataclass(frozen=True)
-class Temporal:
+class Temporal(msgspec.Struct, frozen=True):
     span_us: float
     idle_us: float
     compute_us: float
@@ -133,8 +132,7 @@ def _intersection(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarra
     return float(((times[1:] - times[:-1]) * (level[:-1] == 3)).sum())
 
 
-@dataclass(frozen=True)
-class IdleSplit:
+class IdleSplit(msgspec.Struct, frozen=True):
     """Idle time of one stream between its consecutive device events."""
 
     device: int

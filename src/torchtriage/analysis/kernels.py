@@ -8,8 +8,8 @@ NCCL/RCCL and ROCm (``Cijk_*`` Tensile/hipBLASLt GEMMs, MIOpen convolutions).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.categories import is_communication_kernel
@@ -74,8 +74,7 @@ def uses_tensor_cores(name: str) -> bool | None:
     return None
 
 
-@dataclass(frozen=True)
-class DeviceOps:
+class DeviceOps(msgspec.Struct, frozen=True):
     """The device events (kernels, copies, memsets) inside the analysed steps."""
 
     rows: np.ndarray  # int64 rows into the event table, sorted by start

@@ -7,8 +7,8 @@ Each kernel is joined to its runtime launch call (``cudaLaunchKernel``, ``cuLaun
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.correlation import runtime_for
@@ -17,8 +17,7 @@ from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import EventKind, Trace
 
 
-@dataclass(frozen=True)
-class LaunchStats:
+class LaunchStats(msgspec.Struct, frozen=True):
     kernels: int  # kernels (not copies/memsets) in the analysed steps
     kernels_per_step: float
     linked: int  # kernels whose launch call was found by correlation

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.intervals import unique
@@ -12,8 +11,7 @@ from torchtriage.trace.model import Trace
 CPU_DEVICE_TYPE = 0
 
 
-@dataclass(frozen=True)
-class DeviceMemory:
+class DeviceMemory(msgspec.Struct, frozen=True):
     """Peak usage of one device, as the allocator saw it."""
 
     device: str  # "cpu" or "cuda:N"
@@ -58,8 +56,7 @@ def memory_peaks(trace: Trace) -> list[DeviceMemory]:
     return sorted(out, key=lambda d: -d.peak_allocated)
 
 
-@dataclass(frozen=True)
-class MemoryCurve:
+class MemoryCurve(msgspec.Struct, frozen=True):
     """Allocated bytes over time on one device, for the report's memory figure."""
 
     device: str  # "cpu" or "cuda:N"

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.intervals import covers
@@ -15,8 +14,7 @@ def _is_step_marker(name: str) -> bool:
     return name.startswith("ProfilerStep#")
 
 
-@dataclass(frozen=True)
-class OpNesting:
+class OpNesting(msgspec.Struct, frozen=True):
     """For the host ops (``cpu_op``) of a trace: row indices, self time, depth, subtree max."""
 
     rows: np.ndarray  # int64 rows of the event table
@@ -25,8 +23,7 @@ class OpNesting:
     max_self_us: np.ndarray  # float64 largest self time in the op's subtree (itself included)
 
 
-@dataclass(frozen=True)
-class OpStat:
+class OpStat(msgspec.Struct, frozen=True):
     name: str
     count: int
     total_us: float  # inclusive time (host ops) or kernel time (device)

@@ -15,8 +15,8 @@ as host work, with its time.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.intervals import unique
@@ -36,21 +36,19 @@ _D2H = re.compile(r"DtoH|DeviceToHost", re.I)
 _D2D = re.compile(r"DtoD|DeviceToDevice|PtoP", re.I)
 
 
-@dataclass(frozen=True)
-class CopyStats:
+class CopyStats(msgspec.Struct, frozen=True):
     count: int = 0
     pageable: int = 0
     bytes: int = 0
     time_us: float = 0.0
 
 
-@dataclass(frozen=True)
-class Transfers:
+class Transfers(msgspec.Struct, frozen=True):
     h2d: CopyStats
     d2h: CopyStats
     d2d: CopyStats
     sync_copy_calls: int  # cudaMemcpy / hipMemcpy without Async
-    syncs_per_step: dict[str, float] = field(default_factory=dict)  # call -> count per step
+    syncs_per_step: dict[str, float] = msgspec.field(default_factory=dict)  # call -> count per step
     cpu_scalar_reads_per_step: float = 0.0  # scalar reads that waited for no device work
     cpu_scalar_read_us_per_step: float = 0.0
 

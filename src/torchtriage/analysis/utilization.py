@@ -6,8 +6,7 @@ steps; utilization is busy time over the steps' wall time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.intervals import covered_within, merge, unique
@@ -16,16 +15,14 @@ from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import Trace
 
 
-@dataclass(frozen=True)
-class StreamBusy:
+class StreamBusy(msgspec.Struct, frozen=True):
     device: int
     stream: int
     busy_us: float
     events: int
 
 
-@dataclass(frozen=True)
-class ClassTime:
+class ClassTime(msgspec.Struct, frozen=True):
     cls: str
     count: int
     time_us: float
@@ -33,8 +30,7 @@ class ClassTime:
     no_tensor_core_us: float  # matrix kernels whose name shows they do not use them
 
 
-@dataclass(frozen=True)
-class KernelTime:
+class KernelTime(msgspec.Struct, frozen=True):
     name: str
     cls: str
     count: int

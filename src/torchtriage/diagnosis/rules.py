@@ -8,8 +8,8 @@ the catalog remedies that apply, each with the reason it applies here.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.breakdown import StepBreakdown
@@ -33,8 +33,7 @@ from torchtriage.diagnosis.result import Evidence, Finding, MachineInfo, OutOfMe
 from torchtriage.trace.model import HOST_KINDS, EventKind, Trace
 
 
-@dataclass
-class DeviceEvidence:
+class DeviceEvidence(msgspec.Struct):
     """Device-side analyses of a GPU trace, computed once."""
 
     ops: DeviceOps
@@ -52,8 +51,7 @@ class DeviceEvidence:
         return sum(c.time_us for c in self.classes if c.cls not in ("memcpy", "memset"))
 
 
-@dataclass
-class Facts:
+class Facts(msgspec.Struct):
     """Everything the rules read, computed once per trace."""
 
     trace: Trace
@@ -66,7 +64,7 @@ class Facts:
     oom: bool = False
     device: DeviceEvidence | None = None  # GPU traces only
     machine: MachineInfo | None = None  # torchtriage run only
-    collectives: list[CollectiveStats] = field(default_factory=list)
+    collectives: list[CollectiveStats] = msgspec.field(default_factory=list)
     out_of_memory: OutOfMemory | None = None  # what the error said, when the run ran out
 
     @property
@@ -85,11 +83,10 @@ class Facts:
 
 
 
-@dataclass
-class Verdict:
-    evidence: list[Evidence] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    remedies: list[tuple[Remedy, str]] = field(default_factory=list)
+class Verdict(msgspec.Struct):
+    evidence: list[Evidence] = msgspec.field(default_factory=list)
+    findings: list[Finding] = msgspec.field(default_factory=list)
+    remedies: list[tuple[Remedy, str]] = msgspec.field(default_factory=list)
 
 
 def share_evidence(metric: str, value: float, t: th.Threshold) -> Evidence:

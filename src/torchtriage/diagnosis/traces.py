@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from torchtriage.analysis.memory import MemoryCurve, memory_curves
 from torchtriage.analysis.steps import find_steps
-from torchtriage.analysis.timeline import Timeline, timeline
 from torchtriage.diagnosis.diagnose import diagnose
 from torchtriage.diagnosis.job import JobDiagnosis, diagnose_job
 from torchtriage.diagnosis.result import Diagnosis, OutOfMemory, WindowCheck
@@ -32,12 +30,14 @@ from torchtriage.trace.ingest import MEMORY_LIMIT_ENV, default_memory_limit, loa
 from torchtriage.trace.model import Trace
 from torchtriage.trace.parallel import raw_size
 
+if TYPE_CHECKING:
+    from torchtriage.analysis.timeline import Timeline
+
 TracePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 JSON_PER_WORKER = 16 * 2**20  # bytes of JSON that pay for starting a pool process
 
 
-@dataclass(frozen=True)
-class DiagnoseOptions:
+class DiagnoseOptions(msgspec.Struct, frozen=True):
     """How traces are diagnosed.
 
     Attributes:
@@ -61,8 +61,7 @@ class DiagnoseOptions:
     workers: int | None = None
 
 
-@dataclass(frozen=True)
-class TraceDetail:
+class TraceDetail(msgspec.Struct, frozen=True):
     """What a report draws from a trace beyond its diagnosis."""
 
     timeline: Timeline | None
@@ -153,6 +152,8 @@ def _diagnose_file(path: Path, options: DiagnoseOptions, memory_limit: int | Non
 
 
 def _detail(trace: Trace) -> TraceDetail:
+    from torchtriage.analysis.timeline import timeline  # for the HTML report only
+
     return TraceDetail(timeline=timeline(trace, find_steps(trace)), memory=memory_curves(trace))
 
 

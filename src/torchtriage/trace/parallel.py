@@ -22,21 +22,19 @@ Measured on 2 cores (benchmarks/trace_scale.py): worth it from tens of MB of JSO
 from __future__ import annotations
 
 import contextlib
-import logging
-import multiprocessing
 import os
 import signal
 from collections.abc import Callable
-from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from torchtriage.trace.columns import ChunkColumns, decode_chunk
 from torchtriage.trace.stream import SYNC, EventChunks, Piece, _as_array
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 PARALLEL_MIN_BYTES = 48 * 2**20  # of uncompressed JSON
 # Bytes of JSON per piece: small enough that the last piece (decoded while the others wait)
@@ -52,13 +50,16 @@ def decoders(path: Path, workers: int | None) -> int:
     fork, else 1."""
     if workers is not None:
         return max(1, min(workers, 2))
-    if "fork" not in multiprocessing.get_all_start_methods():
+    if raw_size(path) < PARALLEL_MIN_BYTES:  # first: a small trace never imports multiprocessing
         return 1
+    import multiprocessing
+
     cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
              else os.cpu_count() or 1)
-    if cores < 2 or multiprocessing.current_process().daemon:
+    if (cores < 2 or "fork" not in multiprocessing.get_all_start_methods()
+            or multiprocessing.current_process().daemon):
         return 1
-    return 2 if raw_size(path) >= PARALLEL_MIN_BYTES else 1
+    return 2
 
 
 def raw_size(path: Path) -> int:
@@ -79,6 +80,8 @@ def decode_in_two(chunks: EventChunks[ChunkColumns], add: Callable[[ChunkColumns
                   ) -> None:
     """Feed ``add`` every chunk of ``chunks`` in file order, decoded by two forked decoders
     while this process reads, inflates, cuts and merges."""
+    import multiprocessing
+
     context = multiprocessing.get_context("fork")
     decoders: list[_Decoder] = []
     finished = False
@@ -158,6 +161,8 @@ class _Dispatch:
 
     def free_decoder(self) -> _Decoder | None:
         """A decoder without a piece, waiting for an answer when both have one."""
+        from multiprocessing.connection import wait
+
         while True:
             for decoder in self.decoders:
                 if decoder.index is None and decoder.process.is_alive():
@@ -195,8 +200,11 @@ class _Dispatch:
         if self.merged == self.count:
             return
         failed = range(self.merged, self.count)
-        logger.debug("piece at byte %d did not decode; cutting with checks from there",
-                     self.held[self.merged].offset)
+        import logging  # only here: a short load does not pay for importing it
+
+        logging.getLogger(__name__).debug(
+            "piece at byte %d did not decode; cutting with checks from there",
+            self.held[self.merged].offset)
         self.chunks.rewind([self.held.pop(i) for i in failed])
         for i in failed:
             self.ready.pop(i, None)
