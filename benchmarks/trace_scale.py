@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from synthetic_trace import write_synthetic_trace  # benchmarks/ is on sys.path as a script
-from whole_process import throughput_table, whole_process_table
+from whole_process import HTA_ANALYSES, checkout_env, throughput_table, whole_process_table
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "traces"
@@ -78,19 +78,15 @@ if mode == "orjson":
 elif mode == "torchtriage":
     diagnose(load_trace(path))
 else:
-    analysis = TraceAnalysis(trace_dir=path)
-    ranks = list(analysis.t.traces)
-    for name, kwargs in (("get_temporal_breakdown", {}), ("get_idle_time_breakdown",
-                         {"ranks": ranks}), ("get_comm_comp_overlap", {}),
-                         ("get_gpu_kernel_breakdown", {})):
-        try:
-            getattr(analysis, name)(visualize=False, **kwargs)
-        except Exception as exc:
-            failed.append(name)
+    trace_dir = path
+    exec(HTA_ANALYSES)
 elapsed = time.perf_counter() - t
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+# a parallel load's two decoders: what each added beyond the process it was forked from
+children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+peak += 2 * max(children - base, 0) if children else 0
 print(json.dumps({"s": elapsed, "peak": peak, "failed": failed}))
-"""
+""".replace("HTA_ANALYSES", repr(HTA_ANALYSES))
 
 
 def raw_size(path: Path) -> int:
@@ -104,7 +100,8 @@ def run_child(python: str, mode: str, target: Path, timeout: float) -> dict | No
     try:
         proc = subprocess.run([python, "-c", CHILD, mode, str(target)], capture_output=True,
                               text=True, timeout=timeout,
-                              cwd=tempfile.gettempdir() if mode == "hta" else None)
+                              cwd=tempfile.gettempdir() if mode == "hta" else None,
+                              env=None if mode == "hta" else checkout_env())
     except subprocess.TimeoutExpired:
         return {"error": f"over {timeout:.0f} s"}
     if proc.returncode != 0:
@@ -190,7 +187,7 @@ def scaling_table(trace: Path, ranks: int, repeat: int, folder: Path) -> None:
         seconds = statistics.median(
             float(subprocess.run([sys.executable, "-c", SCALING_CHILD, str(folder),
                                   str(workers)], capture_output=True, text=True,
-                                 check=True).stdout.strip().splitlines()[-1])
+                                 env=checkout_env(), check=True).stdout.strip().splitlines()[-1])
             for _ in range(repeat))
         one = one or seconds
         print(f"| {workers} | {seconds:.2f} | {mb / seconds:.0f} | {one / seconds:.2f}x |",

@@ -29,20 +29,29 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
-HTA_SCRIPT = r"""
-import logging, sys, warnings
-warnings.simplefilter("ignore")
-logging.disable(logging.CRITICAL)
-from hta.trace_analysis import TraceAnalysis
-analysis = TraceAnalysis(trace_dir=sys.argv[1])
+# HTA's side, shared with trace_scale.py's in-process table: load, then the four breakdowns
+# (those that fail on a trace are named in `failed`).
+HTA_ANALYSES = r"""
+analysis = TraceAnalysis(trace_dir=trace_dir)
 ranks = list(analysis.t.traces)
+failed = []
 for name, kwargs in (("get_temporal_breakdown", {}), ("get_idle_time_breakdown",
                      {"ranks": ranks}), ("get_comm_comp_overlap", {}),
                      ("get_gpu_kernel_breakdown", {})):
     try:
         getattr(analysis, name)(visualize=False, **kwargs)
     except Exception as exc:
-        print(f"{name} failed: {type(exc).__name__}", file=sys.stderr)
+        failed.append(name)
+"""
+HTA_SCRIPT = r"""
+import logging, sys, warnings
+warnings.simplefilter("ignore")
+logging.disable(logging.CRITICAL)
+from hta.trace_analysis import TraceAnalysis
+trace_dir = sys.argv[1]
+""" + HTA_ANALYSES + r"""
+if failed:
+    print("failed: " + ", ".join(failed), file=sys.stderr)
 """
 FLOORS = r"""
 import gzip, json, sys, time
@@ -64,7 +73,8 @@ print(json.dumps(out))
 """
 
 
-def _env() -> dict[str, str]:
+def checkout_env() -> dict[str, str]:
+    """The environment with this checkout's ``src`` first on the path (what is measured)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
     return env
@@ -105,7 +115,7 @@ def whole_process_table(small: Path, large: list[Path], hta_python: str | None, 
     """The three rows of the issue: --version and analyze of a small CPU trace against the
     time to import rich's console; analyze --json of large traces against HTA."""
     compileall.compile_dir(str(SRC / "torchtriage"), quiet=1)
-    py, env = sys.executable, _env()
+    py, env = sys.executable, checkout_env()
     ours = [py, "-m", "torchtriage"]
     base = _medians({"rich": ([py, "-c", "import rich.console"], {"env": env}),
                      "version": ([*ours, "--version"], {"env": env}),
@@ -143,7 +153,7 @@ def throughput_table(traces: list[Path], repeat: int) -> None:
     print("| trace | raw MB | `gzip -dc > /dev/null` | zlib inflate | msgspec.json.decode | "
           "orjson.loads | torchtriage load_trace | `torchtriage analyze --json` (whole) |")
     print("|---|---|---|---|---|---|---|---|")
-    env = _env()
+    env = checkout_env()
     gzip_dc = shutil.which("gzip")
     for trace in traces:
         runs = []

@@ -57,11 +57,11 @@ def transfers(trace: Trace, steps: StepWindows) -> Transfers:
     ev = trace.events
     copies = np.flatnonzero(ev.kind == EventKind.MEMCPY)
     copies = copies[in_steps(ev.ts[copies], steps)]
-    names = [ev.names[i] for i in ev.name_id[copies]]
+    pageable_rows = ev.name_mask(lambda n: "Pageable" in n)[copies]
 
     def stats(pattern: re.Pattern[str]) -> CopyStats:
-        sel = np.array([bool(pattern.search(n)) for n in names], dtype=bool)
-        pageable = sum(1 for n, s in zip(names, sel, strict=True) if s and "Pageable" in n)
+        sel = ev.name_mask(pattern.search)[copies]  # the pattern runs once per distinct name
+        pageable = int((sel & pageable_rows).sum())
         moved = ev.nbytes[copies[sel]]
         return CopyStats(count=int(sel.sum()), pageable=pageable,
                          bytes=int(moved[moved > 0].sum()),
