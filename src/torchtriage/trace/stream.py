@@ -156,6 +156,13 @@ class EventChunks(Generic[T]):
             else:
                 tail = tail[cut:]
         if phase == "events":
+            if not (check or self._checked):
+                # The last block's events but the last go out as a piece too, so that only
+                # one event and the array's end are cut here from the structure.
+                cut = next(_candidate_cuts(tail), None)
+                if cut is not None:
+                    yield Piece(self.raw_bytes - len(tail), tail[:cut])
+                    tail = tail[cut:]
             if not check:
                 yield SYNC
                 tail, self._rewound = self._rewound + tail, b""
