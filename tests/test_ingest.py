@@ -315,3 +315,23 @@ def test_a_parallel_load_over_the_memory_limit_is_refused_in_one_line(tmp_path, 
         load_trace(path, workers=2)
     assert "too large for the memory limit" in str(err.value) and "\n" not in str(err.value)
     assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("odd", [None, {"ph": "Q", "name": "new phase"}, {"name": "no phase"}])
+def test_every_phase_loads_and_only_complete_events_become_rows(tmp_path, odd):
+    """Metadata, flows, counters and instants are decoded (by phase) and skipped; [memory]
+    instants are kept; an unknown phase or none takes the lenient path to the same tables."""
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
+        x("ProfilerStep#1", 0, 100, cat="user_annotation"), x("aten::mm", 10, 50),
+        {"ph": "s", "id": 1, "pid": 1, "tid": 1, "ts": 10, "cat": "ac2g", "name": "flow"},
+        {"ph": "f", "id": 1, "pid": 1, "tid": 2, "ts": 60, "cat": "ac2g", "bp": "e"},
+        {"ph": "C", "name": "util", "pid": 1, "ts": 5, "args": {"value": 3}},
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 20, "s": "t",
+         "args": {"Total Allocated": 512, "Bytes": 512, "Device Type": 0}},
+        {"ph": "I", "name": "marker", "pid": 1, "tid": 1, "ts": 30},
+        *([odd] if odd else []),
+    ]
+    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    assert trace.events.names == ["ProfilerStep#1", "aten::mm"]
+    assert trace.memory.total_allocated.tolist() == [512]

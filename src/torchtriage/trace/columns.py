@@ -16,7 +16,7 @@ lenient one for exporters that write ids as floats or strings.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 import numpy as np
@@ -93,9 +93,29 @@ def _event_struct(name: str, args: Any, default: Any) -> type[msgspec.Struct]:
 
 
 _Event = _event_struct("_Event", _Args | None, None)
-_StrictEvent = _event_struct("_StrictEvent", _StrictArgs, _NO_ARGS)
 _EVENTS = msgspec.json.Decoder(list[_Event], strict=False)
-_STRICT_EVENTS = msgspec.json.Decoder(list[_StrictEvent], strict=False)
+
+
+def _phase_struct(name: str, tag: str, fields: bool) -> type[msgspec.Struct]:
+    return msgspec.defstruct(name, [
+        ("cat", str, ""), ("name", str, ""), ("pid", _Id, None), ("tid", _Id, None),
+        ("ts", float | None, None), ("dur", float | None, None),
+        ("args", _StrictArgs, _NO_ARGS)] if fields else [],
+        tag_field="ph", tag=tag, gc=False)
+
+
+# The strict path tells events apart by their phase as msgspec decodes them: complete events
+# (X) and instants (i, I: the allocator's [memory] events) get their fields, every other
+# phase of the Trace Event Format an empty struct (its keys are skipped, no args are built:
+# a third of a GPU trace's events are flows, two thirds of some are metadata). A phase not
+# listed, or an event without one, fails validation and the chunk takes the lenient path.
+_StrictComplete = _phase_struct("_StrictComplete", "X", True)
+_StrictInstant = _phase_struct("_StrictInstant", "i", True)
+_STRICT_PHASES = (_StrictComplete, _StrictInstant, _phase_struct("_StrictInstantI", "I", True),
+                  *(_phase_struct(f"_StrictPhase{tag}", tag, False)
+                    for tag in ("B", "E", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D",
+                                "M", "C", "R", "c")))
+_STRICT_EVENTS = msgspec.json.Decoder(list[Union[_STRICT_PHASES]], strict=False)  # noqa: UP007
 
 # The int64 columns a chunk carries, in this order, as one [rows, 7] block.
 _INT_COLUMNS = ("external_id", "correlation", "stream", "device", "nbytes", "shape_offset",
@@ -193,7 +213,8 @@ def _collective(name: str, a: Any, label) -> tuple[int, int, int, int]:
 def _strict_columns(raw_events: list[Any]) -> ChunkColumns:
     """Columns of events decoded by the strict decoder: a pass per column or two, in C where
     it can be (``map``, ``numpy.fromiter``), and none per event for the rare fields."""
-    xs = [e for e in raw_events if e.ph == "X" and e.ts is not None and e.name != "[memory]"]
+    xs = [e for e in raw_events
+          if type(e) is _StrictComplete and e.ts is not None and e.name != "[memory]"]
     n = len(xs)
     args = [e.args for e in xs]
     ints = np.fromiter(
@@ -216,7 +237,7 @@ def _strict_columns(raw_events: list[Any]) -> ChunkColumns:
     ids = _Interner()
     collectives = [(i, *_collective(xs[i].name, args[i], ids.label)) for i in rows]
     mem_rows = [(e.ts, a.total_allocated, a.total_reserved, a.mem_bytes, a.device_type,
-                 a.device_id) for e in raw_events if e.name == "[memory]"
+                 a.device_id) for e in raw_events if getattr(e, "name", "") == "[memory]"
                 for a in (e.args,) if e.ts is not None and a.total_allocated is not None]
     return ChunkColumns(
         rows=n,
