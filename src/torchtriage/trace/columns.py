@@ -116,6 +116,7 @@ _STRICT_PHASES = (_StrictComplete, _StrictInstant, _phase_struct("_StrictInstant
                     for tag in ("B", "E", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D",
                                 "M", "C", "R", "c")))
 _STRICT_EVENTS = msgspec.json.Decoder(list[Union[_STRICT_PHASES]], strict=False)  # noqa: UP007
+_NAMED = frozenset(_STRICT_PHASES[:3])  # the phases whose events have a name (and args)
 
 # The int64 columns a chunk carries, in this order, as one [rows, 7] block.
 _INT_COLUMNS = ("external_id", "correlation", "stream", "device", "nbytes", "shape_offset",
@@ -217,10 +218,12 @@ def _strict_columns(raw_events: list[Any]) -> ChunkColumns:
           if type(e) is _StrictComplete and e.ts is not None and e.name != "[memory]"]
     n = len(xs)
     args = [e.args for e in xs]
-    ints = np.fromiter(
-        (v for a in args for v in (
-            a.external_id if a.external_id != -1 else a.external_id_legacy, a.correlation,
-            a.stream, a.device, a.bytes)), dtype=np.int64, count=n * 5).reshape(n, 5)
+
+    def column(values: list[int]) -> np.ndarray:
+        return np.fromiter(values, np.int64, n)
+
+    external = column([a.external_id for a in args])
+    external = np.where(external != -1, external, column([a.external_id_legacy for a in args]))
     names, name_id = _ids([e.name for e in xs])
     threads, thread_id = _pair_ids([e.pid for e in xs], [e.tid for e in xs])
     shape_off = np.full(n, -1, dtype=np.int64)
@@ -237,7 +240,7 @@ def _strict_columns(raw_events: list[Any]) -> ChunkColumns:
     ids = _Interner()
     collectives = [(i, *_collective(xs[i].name, args[i], ids.label)) for i in rows]
     mem_rows = [(e.ts, a.total_allocated, a.total_reserved, a.mem_bytes, a.device_type,
-                 a.device_id) for e in raw_events if getattr(e, "name", "") == "[memory]"
+                 a.device_id) for e in raw_events if type(e) in _NAMED and e.name == "[memory]"
                 for a in (e.args,) if e.ts is not None and a.total_allocated is not None]
     return ChunkColumns(
         rows=n,
@@ -247,7 +250,10 @@ def _strict_columns(raw_events: list[Any]) -> ChunkColumns:
         ts=np.fromiter([e.ts for e in xs], np.float64, n).tobytes(),
         dur=np.maximum(np.fromiter([e.dur or 0.0 for e in xs], np.float64, n),
                        0.0).tobytes(),
-        ints=np.column_stack([ints, shape_off, name_id]).tobytes(),
+        ints=np.column_stack([external, column([a.correlation for a in args]),
+                              column([a.stream for a in args]),
+                              column([a.device for a in args]), column([a.bytes for a in args]),
+                              shape_off, name_id]).tobytes(),
         shape_length=shape_len.tobytes(), names=names, threads=threads,
         labels=list(ids.labels), blob=bytes(blob), collectives=collectives,
         memory=np.asarray(mem_rows, dtype=np.float64).tobytes() if mem_rows else b"")
