@@ -335,3 +335,23 @@ def test_every_phase_loads_and_only_complete_events_become_rows(tmp_path, odd):
     trace = load_trace(write_trace(tmp_path / "t.json", events))
     assert trace.events.names == ["ProfilerStep#1", "aten::mm"]
     assert trace.memory.total_allocated.tolist() == [512]
+
+
+def test_two_decoders_only_for_a_large_trace_on_a_free_second_core(tmp_path, monkeypatch):
+    import os
+
+    from torchtriage.trace import parallel
+
+    small = write_trace(tmp_path / "small.json", [x("a", 0, 1)])
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:
+        f.truncate(parallel.PARALLEL_MIN_BYTES)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.3, 0.3, 0.3))
+    assert (parallel.decoders(small, None), parallel.decoders(big, None)) == (1, 2)
+    assert parallel.decoders(small, 2) == 2 and parallel.decoders(big, 1) == 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.2, 2.0, 1.0))  # the cores are taken
+    assert parallel.decoders(big, None) == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert parallel.decoders(big, None) == 1  # one core for this process
