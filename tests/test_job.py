@@ -73,6 +73,20 @@ def test_the_pool_is_sized_to_the_work(tmp_path):
     assert _pool_size([big] * 8, None) == min(3, os.cpu_count() or 1)
 
 
+def test_one_process_asked_for_means_no_decoder_process_either(tmp_path, monkeypatch):
+    """workers=1 (the bootstrap's diagnosis inside a training process) never forks, even for
+    a single trace large enough for two decoders; the default leaves that to the load."""
+    from torchtriage.trace import parallel
+
+    _rank_trace(tmp_path, 0, comm_us=300, loader_us=300)
+    asked = []
+    monkeypatch.setattr(parallel, "decoders",
+                        lambda path, workers: asked.append(workers) or 1)
+    diagnose(tmp_path / "rank0.json", workers=1)
+    diagnose(tmp_path / "rank0.json")
+    assert asked == [1, None]
+
+
 def _torchtriage_run(tmp_path: Path, example: str) -> dict:
     out = tmp_path / example
     proc = subprocess.run(

@@ -49,7 +49,8 @@ class DiagnoseOptions(msgspec.Struct, frozen=True):
         out_of_memory: per rank, the out-of-memory error the run raised (its figures).
         windows: per rank, ``torchtriage run``'s checks of its profiled windows.
         workers: processes for several traces (default: one per core, at most one per trace
-            and one per :data:`JSON_PER_WORKER` of JSON).
+            and one per :data:`JSON_PER_WORKER` of JSON); 1: this process only, a single
+            trace's load included.
     """
 
     device_memory: int | None = None
@@ -107,7 +108,10 @@ def _run(paths: TracePaths, options: DiagnoseOptions, detail: bool
     files = _files(paths)
     workers = _pool_size(files, options.workers)
     if workers <= 1:
-        return [_diagnose_file(p, options, None, detail, len(files) == 1) for p in files]
+        # one trace may be decoded by a second process, unless one process was asked for
+        # (the bootstrap diagnoses inside the training process, at its exit: no fork there)
+        alone = len(files) == 1 and options.workers != 1
+        return [_diagnose_file(p, options, None, detail, alone) for p in files]
     # imported here: concurrent.futures registers an atexit hook on import, which fails when
     # this runs at interpreter exit (the bootstrap's rank 0 diagnoses its run at exit)
     from concurrent.futures import ProcessPoolExecutor
