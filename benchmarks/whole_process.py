@@ -120,7 +120,8 @@ def whole_process_table(small: Path, large: list[Path], hta_python: str | None, 
     base = _medians({"rich": ([py, "-c", "import rich.console"], {"env": env}),
                      "version": ([*ours, "--version"], {"env": env}),
                      "analyze": ([*ours, "analyze", str(small)], {"env": env})}, repeat)
-    print(f"Whole processes, median of {repeat} (interleaved), {py} directly:\n")
+    print(f"Whole processes, median of {repeat} (interleaved), {py} directly; "
+          f"{_load()}:\n")
     print("| command | s | against | s | ratio | goal | met |")
     print("|---|---|---|---|---|---|---|")
     rich = '`python -c "import rich.console"`'
@@ -147,9 +148,16 @@ def whole_process_table(small: Path, large: list[Path], hta_python: str | None, 
               flush=True)
 
 
+def _load() -> str:
+    """The machine's 1-minute load average: other work on the cores slows every row (and a
+    busy machine makes torchtriage decode in one process; see trace/parallel.py)."""
+    return (f"1-minute load average {os.getloadavg()[0]:.2f} before the rows"
+            if hasattr(os, "getloadavg") else "load average unknown")
+
+
 def throughput_table(traces: list[Path], repeat: int) -> None:
     """MB/s of uncompressed JSON: the floors against torchtriage's load and whole command."""
-    print(f"\nThroughput, MB/s of uncompressed JSON, median of {repeat}:\n")
+    print(f"\nThroughput, MB/s of uncompressed JSON, median of {repeat}; {_load()}:\n")
     print("| trace | raw MB | `gzip -dc > /dev/null` | zlib inflate | msgspec.json.decode | "
           "orjson.loads | torchtriage load_trace | `torchtriage analyze --json` (whole) |")
     print("|---|---|---|---|---|---|---|---|")
