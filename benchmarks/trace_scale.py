@@ -15,6 +15,12 @@ torchtriage.analyze with 1 and 2 worker processes.
 
     python benchmarks/trace_scale.py --hta-python /tmp/htavenv/bin/python   # full table
     python benchmarks/trace_scale.py --quick     # small trace, 5 MB synthetic (CI smoke test)
+    python benchmarks/trace_scale.py --whole-process --hta-python /work/venv-hta/bin/python
+
+--whole-process times what a user waits for instead (benchmarks/whole_process.py): whole
+processes of `torchtriage --version` and `analyze` of a 1 MB CPU-only trace against importing
+rich's console, `analyze --json` of the MTIA and df_index_resolver traces against HTA as a
+whole process, and the load's MB/s beside `gzip -dc`, msgspec and orjson.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import time
 from pathlib import Path
 
 from synthetic_trace import write_synthetic_trace  # benchmarks/ is on sys.path as a script
+from whole_process import HTA_ANALYSES, checkout_env, throughput_table, whole_process_table
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "traces"
@@ -41,6 +48,8 @@ DEFAULT = [
     "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
 ]
 QUICK = ["hta/trace_filter/sampled_rank-0.json.gz"]
+WHOLE_SMALL = "hta/rank_non_gpu/rank_non_gpu.json.gz"  # 1.0 MB, CPU ops only
+WHOLE_LARGE = DEFAULT[:2]  # MTIA (87 MB) and df_index_resolver (54 MB)
 
 CHILD = r"""
 import json, os, resource, sys, time
@@ -69,19 +78,15 @@ if mode == "orjson":
 elif mode == "torchtriage":
     diagnose(load_trace(path))
 else:
-    analysis = TraceAnalysis(trace_dir=path)
-    ranks = list(analysis.t.traces)
-    for name, kwargs in (("get_temporal_breakdown", {}), ("get_idle_time_breakdown",
-                         {"ranks": ranks}), ("get_comm_comp_overlap", {}),
-                         ("get_gpu_kernel_breakdown", {})):
-        try:
-            getattr(analysis, name)(visualize=False, **kwargs)
-        except Exception as exc:
-            failed.append(name)
+    trace_dir = path
+    exec(HTA_ANALYSES)
 elapsed = time.perf_counter() - t
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+# a parallel load's two decoders: what each added beyond the process it was forked from
+children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+peak += 2 * max(children - base, 0) if children else 0
 print(json.dumps({"s": elapsed, "peak": peak, "failed": failed}))
-"""
+""".replace("HTA_ANALYSES", repr(HTA_ANALYSES))
 
 
 def raw_size(path: Path) -> int:
@@ -95,7 +100,8 @@ def run_child(python: str, mode: str, target: Path, timeout: float) -> dict | No
     try:
         proc = subprocess.run([python, "-c", CHILD, mode, str(target)], capture_output=True,
                               text=True, timeout=timeout,
-                              cwd=tempfile.gettempdir() if mode == "hta" else None)
+                              cwd=tempfile.gettempdir() if mode == "hta" else None,
+                              env=None if mode == "hta" else checkout_env())
     except subprocess.TimeoutExpired:
         return {"error": f"over {timeout:.0f} s"}
     if proc.returncode != 0:
@@ -181,7 +187,7 @@ def scaling_table(trace: Path, ranks: int, repeat: int, folder: Path) -> None:
         seconds = statistics.median(
             float(subprocess.run([sys.executable, "-c", SCALING_CHILD, str(folder),
                                   str(workers)], capture_output=True, text=True,
-                                 check=True).stdout.strip().splitlines()[-1])
+                                 env=checkout_env(), check=True).stdout.strip().splitlines()[-1])
             for _ in range(repeat))
         one = one or seconds
         print(f"| {workers} | {seconds:.2f} | {mb / seconds:.0f} | {one / seconds:.2f}x |",
@@ -203,8 +209,21 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800.0, help="per child, seconds")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) /
                         "torchtriage-bench", help="where the synthetic trace is written")
+    parser.add_argument("--whole-process", action="store_true",
+                        help="time whole processes against rich's import and HTA, and the "
+                             "load's MB/s against gzip -dc, msgspec and orjson")
     parser.add_argument("traces", nargs="*", type=Path)
     args = parser.parse_args()
+    if args.whole_process:
+        small, large = SHARED / WHOLE_SMALL, [SHARED / n for n in WHOLE_LARGE]
+        if args.quick:
+            small, large = SHARED / WHOLE_SMALL, [SHARED / QUICK[0]]
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores\n")
+        mb = {p: raw_size(p) / 1e6 for p in (small, *large)}
+        whole_process_table(small, large, None if args.quick else args.hta_python,
+                            1 if args.quick else args.repeat, args.workdir, mb)
+        throughput_table(large, 1 if args.quick else args.repeat)
+        return
     repeat = 1 if args.quick else args.repeat
     synthetic_mb = 5.0 if args.quick else args.synthetic_mb
     hta_python = None if args.quick else args.hta_python

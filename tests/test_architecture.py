@@ -12,6 +12,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "torchtriage"
 FOUNDATION = ("errors", "units", "version", "document")
 FLOORS = ("trace", "analysis", "diagnosis", "results", "report", "capture", "verify", "fix")
@@ -123,7 +125,61 @@ def test_no_source_file_over_600_lines():
     assert not long, f"files over {MAX_LINES} lines: {long}"
 
 
-def test_importing_the_cli_or_analysing_a_trace_does_not_import_torch(tmp_path):
+# What each command may not load. torch: only run/ab/fix/demo/profile() and the bootstrap;
+# the rest: the implementations and libraries a quick answer does not need.
+_NEVER = ("torch", "typer", "pydantic", "psutil", "plotly", "numpy.ma")
+_NOT_FOR_A_QUICK_ANSWER = (*_NEVER, "numpy", "msgspec", "rich", "torchtriage.trace",
+                           "torchtriage.analysis", "torchtriage.diagnosis", "torchtriage.report",
+                           "torchtriage.results", "torchtriage.capture", "torchtriage.verify",
+                           "torchtriage.fix", "concurrent.futures")
+_NOT_FOR_ANALYZE = (*_NEVER, "torchtriage.capture", "torchtriage.verify", "torchtriage.fix",
+                    "torchtriage.report.html", "concurrent.futures")
+
+
+def _modules_after(argv: list[str], tmp_path) -> set[str]:
+    """The modules a fresh interpreter holds after ``torchtriage ARGV``."""
+    import json
+    import subprocess
+    import sys
+
+    listing = tmp_path / "modules.json"
+    code = ("import json, sys\nfrom torchtriage.cli import main\n"
+            f"status = main({argv!r})\n"
+            f"open({str(listing)!r}, 'w').write(json.dumps(sorted(sys.modules)))\n"
+            "sys.exit(status)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(listing.read_text()))
+
+
+def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return [n for n in names if n in modules or any(m.startswith(n + ".") for m in modules)]
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["analyze", "--help"],
+                                  ["run", "--help"], ["history", "--help"]])
+def test_quick_answers_load_no_implementation(argv, tmp_path):
+    assert not _loaded(_modules_after(argv, tmp_path), _NOT_FOR_A_QUICK_ANSWER)
+
+
+@pytest.mark.parametrize("argv", [["analyze", "--json"], ["analyze"], ["schema"], ["history"],
+                                  ["knobs"]])
+def test_trace_and_store_commands_do_not_import_torch(argv, tmp_path):
+    from tests.conftest import write_trace, x
+
+    if argv[0] == "analyze":
+        trace = write_trace(tmp_path / "t.json", [
+            x("ProfilerStep#1", 0, 100), x("aten::mm", 10, 50), x("ProfilerStep#2", 100, 100),
+            x("aten::mm", 110, 50)])
+        argv = [*argv, str(trace)]
+    modules = _modules_after(argv, tmp_path)
+    allowed = ("torchtriage.verify",) if argv == ["history"] else ()  # the run store
+    assert not _loaded(modules, tuple(n for n in _NOT_FOR_ANALYZE if n not in allowed))
+    if argv[:2] == ["analyze", "--json"]:  # the terminal view is not drawn
+        assert not _loaded(modules, ("rich",))
+
+
+def test_importing_the_package_and_diagnosing_a_trace_does_not_import_torch(tmp_path):
     import subprocess
     import sys
 

@@ -152,3 +152,48 @@ def test_covered_within_equals_clipping_each_window(intervals, windows):
     expected = [np.clip(np.minimum(e, b) - np.maximum(s, a), 0, None).sum()
                 for a, b in zip(lo, hi, strict=True)]
     assert covered_within(s, e, lo, hi) == pytest.approx(expected, abs=1e-6)
+
+
+def _stack_nesting(tid: list, start: list, dur: list) -> tuple[list, list, list]:
+    """The definition op_nesting computes without a loop: a stack of open ops per thread
+    (sorted by thread, start, longest first); an op's parent is the top once the ops that
+    ended by its start are popped."""
+    n = len(start)
+    child_sum, depth, parent, stack, current = [0.0] * n, [0] * n, [-1] * n, [], None
+    for i in range(n):
+        if tid[i] != current:
+            stack, current = [], tid[i]
+        while stack and start[stack[-1]] + dur[stack[-1]] <= start[i]:
+            stack.pop()
+        if stack:
+            child_sum[stack[-1]] += dur[i]
+            depth[i], parent[i] = len(stack), stack[-1]
+        stack.append(i)
+    self_us = [max(d - c, 0.0) for d, c in zip(dur, child_sum, strict=True)]
+    max_self = list(self_us)
+    for i in range(n - 1, -1, -1):
+        if parent[i] >= 0:
+            max_self[parent[i]] = max(max_self[parent[i]], max_self[i])
+    return self_us, depth, max_self
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 60),
+                              st.sampled_from([0.0, 1.0, 2.5, 7.0, 30.0, 61.0])),
+                    min_size=1, max_size=200))
+def test_op_nesting_is_the_stack_of_open_ops(tmp_path_factory, ops):
+    """Nested, partly overlapping, zero-length and tied ops: the vectorised nesting gives
+    exactly what the stack gives."""
+    from torchtriage.analysis.ops import op_nesting
+
+    path = write_trace(tmp_path_factory.mktemp("n") / "t.json",
+                       [x(f"op{i}", s, d, tid=t) for i, (t, s, d) in enumerate(ops)])
+    trace = load_trace(path)
+    nesting = op_nesting(trace)
+    ev = trace.events
+    rows = nesting.rows
+    want = _stack_nesting(ev.thread_id[rows].tolist(), ev.ts[rows].tolist(),
+                          ev.dur[rows].tolist())
+    assert nesting.self_us.tolist() == want[0]
+    assert nesting.depth.tolist() == want[1]
+    assert nesting.max_self_us.tolist() == want[2]

@@ -134,3 +134,46 @@ def test_analyze_reads_a_trace_from_stdin(tmp_path):
     empty = subprocess.run([*CLI, "analyze", "-"], input=b"", capture_output=True, timeout=120)
     assert empty.returncode == 2
     assert empty.stderr.decode().strip() == "torchtriage: error: -: empty file"
+
+
+def test_version_help_and_no_arguments(capsys):
+    from torchtriage import __version__
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"torchtriage {__version__}"
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("analyze", "report", "run", "compare", "ab", "fix", "history", "show",
+                    "knobs", "schema", "demo"):
+        assert f"    {command} " in out, command
+    assert main([]) == 2 and "usage: torchtriage" in capsys.readouterr().err
+
+
+def test_the_command_after_double_dash_is_not_parsed():
+    from torchtriage.cli import _before_command_line, _command_line
+    from torchtriage.cli.parser import COMMAND_RUNNERS, build_parser
+
+    argv = ["run", "--steps", "3", "--knob", "amp.bf16=true", "--", "python", "train.py",
+            "--steps", "9", "--", "x"]
+    args = build_parser().parse_args(_before_command_line(argv, COMMAND_RUNNERS))
+    assert args.steps == 3 and args.knob == ["amp.bf16=true"]
+    assert _command_line(argv, args.command_line) == ["python", "train.py", "--steps", "9",
+                                                      "--", "x"]
+    # without --, what follows the options is the command
+    argv = ["ab", "--trials", "2", "python", "train.py", "--lr", "0.1"]
+    args = build_parser().parse_args(_before_command_line(argv, COMMAND_RUNNERS))
+    assert args.trials == 2
+    assert _command_line(argv, args.command_line) == ["python", "train.py", "--lr", "0.1"]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["analyze", "t.json", "--top", "0"], "argument --top: 0 is below the minimum of 1"),
+    (["analyze", "t.json", "--top", "-2"], "argument --top: -2 is below the minimum of 1"),
+    (["compare", "a", "b", "--min-effect", "1.5"], "1.5 is above the maximum of 1"),
+    (["analyze", "t.json", "--nope"], "unrecognized arguments: --nope"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_usage_errors_are_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("torchtriage: error: ") and message in err[0]

@@ -15,9 +15,9 @@ difference.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -80,9 +80,9 @@ def _with_htas_rounding(trace: Trace) -> Trace:
     ev = trace.events
     start = np.array([math.ceil(x) for x in ev.ts])
     end = np.array([math.floor(x) for x in ev.ts + ev.dur])
-    events = dataclasses.replace(ev, ts=start.astype(float),
-                                 dur=np.maximum(end - start, 0).astype(float))
-    return dataclasses.replace(trace, events=events)
+    events = msgspec.structs.replace(ev, ts=start.astype(float),
+                                     dur=np.maximum(end - start, 0).astype(float))
+    return msgspec.structs.replace(trace, events=events)
 
 
 @pytest.mark.parametrize(("rel", "rank"), [k for k in sorted(HTA_0_5)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from torchtriage.errors import TraceError
 from torchtriage.trace import EventKind, find_trace_files, load_trace
-from torchtriage.trace.stream import EventChunks
+from torchtriage.trace.stream import SYNC, EventChunks, Piece
 
 
 def test_columns_hold_events_and_interned_names(tmp_path):
@@ -186,3 +186,172 @@ def test_find_trace_files(tmp_path):
     (nested / "traces").mkdir(parents=True)
     write_trace(nested / "traces" / "r0.json", [x("a", 0, 1)])
     assert [p.name for p in find_trace_files(nested)] == ["r0.json"]
+
+
+def _pieces_decoded(chunks: EventChunks) -> list:
+    """What a parallel load does with EventChunks.pieces(): decode each piece (elsewhere),
+    and on the first that does not decode, hand it and the later ones back."""
+    out, pending = [], []
+    for item in chunks.pieces():
+        if item is SYNC or isinstance(item, Piece):
+            if isinstance(item, Piece):
+                pending.append(item)
+            if item is SYNC or len(pending) >= 3:
+                for i, piece in enumerate(pending):
+                    try:
+                        out.extend(msgspec.json.decode(b"[" + piece.text.lstrip(b" \n,") + b"]"))
+                    except msgspec.DecodeError:
+                        chunks.rewind(pending[i:])
+                        break
+                pending = []
+        else:  # checked and decoded by the stream itself, after a rewind
+            out.extend(item)
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(names=st.lists(_TEXT, min_size=1, max_size=30), block=st.integers(1, 97),
+       nested=st.booleans(), pretty=st.booleans())
+def test_pieces_for_another_decoder_are_exactly_the_events(tmp_path_factory, names, block,
+                                                           nested, pretty):
+    """Pieces cut without decoding (for the parallel load): whatever the strings hold, the
+    pieces that decode plus what the stream decodes after a rewind are the events, in order."""
+    events = [{"ph": "X", "name": n, "ts": i, "dur": 1,
+               "args": {"objs": [{"a": n}, {"b": 1}]} if nested else {}}
+              for i, n in enumerate(names)]
+    doc = {"traceEvents": events, "baseTimeNanoseconds": 7, "tail": ["}, {"]}
+    path = tmp_path_factory.mktemp("p") / "t.json"
+    path.write_text(json.dumps(doc, indent=2 if pretty else None))
+    chunks = EventChunks(path, msgspec.json.decode, block_bytes=block)
+    assert _pieces_decoded(chunks) == events
+    assert json.loads(chunks.outside) == {**doc, "traceEvents": []}
+
+
+def _tricky_trace(path, n: int = 3000, gz: bool = False):
+    """Events whose strings hold '}, {' (wrong cuts), shapes, collectives, memory events and
+    string thread ids: every column and id table a parallel load has to merge."""
+    events = []
+    for i in range(n):
+        name = f'op{i % 37}"}}, {{"x": [' if i % 11 == 0 else f"aten::op{i % 53}"
+        events.append(x(name, i * 10, 5, pid=1 + i % 2, tid="stream 7" if i % 5 else 3,
+                        Input_Dims=[[i % 4, 2]], External_id=i))
+        if i % 97 == 0:
+            events.append(x(f"gloo:all_reduce{i % 3}", i * 10, 2, cat="cpu_op"))
+            events.append(x("ncclKernel_AllReduce", i * 10, 3, cat="kernel",
+                            Collective_name="allreduce", In_msg_nelems=i, dtype="Float"))
+        if i % 13 == 0:
+            events.append({"ph": "i", "name": "[memory]", "ts": i * 10, "pid": 1, "tid": 1,
+                           "args": {"Total Allocated": i, "Bytes": 8, "Device Type": 1}})
+    return write_trace(path, events, gz=gz)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_parallel_load_gives_exactly_the_sequential_tables(tmp_path, gz):
+    from torchtriage.trace.columns import TableBuilder, decode_chunk
+    from torchtriage.trace.parallel import decode_in_two
+
+    path = _tricky_trace(tmp_path / ("t.json.gz" if gz else "t.json"), gz=gz)
+    tables = []
+    for parallel in (False, True):
+        chunks = EventChunks(path, decode_chunk, block_bytes=20_000)
+        builder = TableBuilder()
+        if parallel:
+            decode_in_two(chunks, builder.add)
+        else:
+            for chunk in chunks:
+                builder.add(chunk)
+        tables.append(builder.finish())
+    (one, one_mem), (two, two_mem) = tables
+    for column in ("kind", "name_id", "thread_id", "ts", "dur", "external_id", "correlation",
+                   "stream", "device", "nbytes", "shape_offset", "shape_length"):
+        assert np.array_equal(getattr(one, column), getattr(two, column)), column
+    assert (one.names, one.threads, one.labels, one.collectives, one.shapes_blob) == \
+        (two.names, two.threads, two.labels, two.collectives, two.shapes_blob)
+    assert np.array_equal(one_mem.total_allocated, two_mem.total_allocated)
+    assert len(one) > 3000 and one.collectives and len(one_mem) > 200
+    assert load_trace(path, workers=2).events.names == one.names
+
+
+def test_a_corrupt_chunk_in_a_parallel_load_names_its_byte_offset(tmp_path):
+    path = _tricky_trace(tmp_path / "t.json", n=20000)
+    text = path.read_bytes()
+    at = text.index(b'"name": "aten::op7"', len(text) // 2)
+    path.write_bytes(text[:at] + b"#" + text[at + 1:])  # a quote turned into junk
+    with pytest.raises(TraceError) as err:
+        load_trace(path, workers=2)
+    message = str(err.value)
+    assert "\n" not in message and "not valid JSON at byte" in message
+    assert f"at byte {at:,} (" in message, message
+
+
+def test_an_interrupted_parallel_load_leaves_no_process_and_no_file(tmp_path, monkeypatch):
+    import multiprocessing
+    import tempfile
+
+    from torchtriage.trace import columns
+
+    path = _tricky_trace(tmp_path / "t.json", n=20000)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
+    def interrupted(self, chunk):  # Ctrl-C while the decoder is running
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(columns.TableBuilder, "add", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load_trace(path, workers=2)
+    assert multiprocessing.active_children() == []
+    assert list(scratch.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == \
+        ["t.json", "tmp"]
+
+
+def test_a_parallel_load_over_the_memory_limit_is_refused_in_one_line(tmp_path, monkeypatch):
+    import multiprocessing
+
+    path = _tricky_trace(tmp_path / "t.json", n=20000)
+    monkeypatch.setenv("TORCHTRIAGE_MEMORY_LIMIT", "64KiB")
+    with pytest.raises(TraceError) as err:
+        load_trace(path, workers=2)
+    assert "too large for the memory limit" in str(err.value) and "\n" not in str(err.value)
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("odd", [None, {"ph": "Q", "name": "new phase"}, {"name": "no phase"}])
+def test_every_phase_loads_and_only_complete_events_become_rows(tmp_path, odd):
+    """Metadata, flows, counters and instants are decoded (by phase) and skipped; [memory]
+    instants are kept; an unknown phase or none takes the lenient path to the same tables."""
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
+        x("ProfilerStep#1", 0, 100, cat="user_annotation"), x("aten::mm", 10, 50),
+        {"ph": "s", "id": 1, "pid": 1, "tid": 1, "ts": 10, "cat": "ac2g", "name": "flow"},
+        {"ph": "f", "id": 1, "pid": 1, "tid": 2, "ts": 60, "cat": "ac2g", "bp": "e"},
+        {"ph": "C", "name": "util", "pid": 1, "ts": 5, "args": {"value": 3}},
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 20, "s": "t",
+         "args": {"Total Allocated": 512, "Bytes": 512, "Device Type": 0}},
+        {"ph": "I", "name": "marker", "pid": 1, "tid": 1, "ts": 30},
+        *([odd] if odd else []),
+    ]
+    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    assert trace.events.names == ["ProfilerStep#1", "aten::mm"]
+    assert trace.memory.total_allocated.tolist() == [512]
+
+
+def test_two_decoders_only_for_a_large_trace_on_a_free_second_core(tmp_path, monkeypatch):
+    import os
+
+    from torchtriage.trace import parallel
+
+    small = write_trace(tmp_path / "small.json", [x("a", 0, 1)])
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:
+        f.truncate(parallel.PARALLEL_MIN_BYTES)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.3, 0.3, 0.3))
+    assert (parallel.decoders(small, None), parallel.decoders(big, None)) == (1, 2)
+    assert parallel.decoders(small, 2) == 2 and parallel.decoders(big, 1) == 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.2, 2.0, 1.0))  # the cores are taken
+    assert parallel.decoders(big, None) == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert parallel.decoders(big, None) == 1  # one core for this process

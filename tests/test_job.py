@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import write_trace, x
 
-from torchtriage.api import analyze, analyze_job
+from torchtriage.api import analyze, analyze_job, diagnose
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,6 +49,42 @@ def test_balanced_communication_bound_job_has_no_straggler(tmp_path):
     job = analyze_job(tmp_path)
     assert job.straggler is None and job.primary == "communication"
     assert job.confidence == "high"
+
+
+def test_a_pool_of_two_gives_the_job_of_one_process(tmp_path):
+    """Rank traces diagnosed in a pool come back (as msgpack) to the same job document."""
+    _rank_trace(tmp_path, 0, comm_us=7_500, loader_us=300)
+    _rank_trace(tmp_path, 1, comm_us=300, loader_us=7_500)
+    pooled, alone = diagnose(tmp_path, workers=2), diagnose(tmp_path, workers=1)
+    assert pooled.to_dict() == alone.to_dict()
+
+
+def test_the_pool_is_sized_to_the_work(tmp_path):
+    from torchtriage.diagnosis.traces import JSON_PER_WORKER, _pool_size
+
+    small = [tmp_path / f"rank{r}.json" for r in range(4)]
+    for path in small:
+        path.write_text("{}")
+    assert _pool_size(small, None) == 1  # a process costs more than these take
+    assert _pool_size(small, 3) == 3 and _pool_size(small[:1], None) == 1
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:
+        f.truncate(JSON_PER_WORKER * 3)
+    assert _pool_size([big] * 8, None) == min(3, os.cpu_count() or 1)
+
+
+def test_one_process_asked_for_means_no_decoder_process_either(tmp_path, monkeypatch):
+    """workers=1 (the bootstrap's diagnosis inside a training process) never forks, even for
+    a single trace large enough for two decoders; the default leaves that to the load."""
+    from torchtriage.trace import parallel
+
+    _rank_trace(tmp_path, 0, comm_us=300, loader_us=300)
+    asked = []
+    monkeypatch.setattr(parallel, "decoders",
+                        lambda path, workers: asked.append(workers) or 1)
+    diagnose(tmp_path / "rank0.json", workers=1)
+    diagnose(tmp_path / "rank0.json")
+    assert asked == [1, None]
 
 
 def _torchtriage_run(tmp_path: Path, example: str) -> dict:

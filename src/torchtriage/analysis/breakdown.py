@@ -8,18 +8,16 @@ of a step sum to its wall time exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.categories import categories_for, category_masks
-from torchtriage.analysis.intervals import covers, merge
+from torchtriage.analysis.intervals import covers, merge, unique
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import Trace
 
 
-@dataclass(frozen=True)
-class StepBreakdown:
+class StepBreakdown(msgspec.Struct, frozen=True):
     """Exposed time per step and category, in microseconds."""
 
     categories: tuple[str, ...]
@@ -85,7 +83,7 @@ def attribute(
         s, e = merge(np.clip(starts, lo, hi), np.clip(ends, lo, hi))
         merged.append((s, e))
         points.extend((s, e))
-    bounds = np.unique(np.concatenate(points))
+    bounds = unique(np.concatenate(points))
     seg_start, seg_end = bounds[:-1], bounds[1:]
     mid = (seg_start + seg_end) / 2
     length = seg_end - seg_start

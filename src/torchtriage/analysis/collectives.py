@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass
+
+import msgspec
 
 from torchtriage.analysis.ops import in_steps
 from torchtriage.analysis.steps import StepWindows
@@ -23,8 +24,7 @@ _DTYPE_BYTES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, 
                 "long": 8, "int64": 8, "int8": 1, "uint8": 1, "char": 1, "byte": 1, "bool": 1}
 
 
-@dataclass(frozen=True)
-class CollectiveStats:
+class CollectiveStats(msgspec.Struct, frozen=True):
     op: str
     source: str  # "nccl kernel" | "record_param_comms" | "gloo"
     count: int

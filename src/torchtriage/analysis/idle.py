@@ -25,12 +25,12 @@ the trace's precision.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.correlation import runtime_for
-from torchtriage.analysis.intervals import merge
+from torchtriage.analysis.intervals import merge, unique
 from torchtriage.trace.model import HOST_KINDS, EventKind, Trace
 
 _HTA_COMM = re.compile(r"^nccl.*Kernel")
@@ -50,8 +50,7 @@ def hta_kernel_type(name: str) -> str:
     return "compute"
 
 
-@dataclass(frozen=True)
-class Temporal:
+class Temporal(msgspec.Struct, frozen=True):
     span_us: float
     idle_us: float
     compute_us: float
@@ -67,7 +66,7 @@ def hta_device_rows(trace: Trace) -> np.ndarray:
     rows = np.flatnonzero((ev.stream >= 0) & ~np.isin(ev.kind, _NOT_DEVICE))
     host = np.isin(ev.kind, HOST_KINDS)
     steps = np.flatnonzero(host & ev.name_mask(lambda n: "ProfilerStep" in n))
-    if np.unique(ev.name_id[steps]).size >= 2:
+    if unique(ev.name_id[steps]).size >= 2:
         last_start = ev.ts[steps].max()
         launched = np.flatnonzero(np.isin(ev.kind, (*HOST_KINDS, EventKind.RUNTIME))
                                   & (ev.correlation >= 0) & (ev.ts < last_start))
@@ -133,8 +132,7 @@ def _intersection(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarra
     return float(((times[1:] - times[:-1]) * (level[:-1] == 3)).sum())
 
 
-@dataclass(frozen=True)
-class IdleSplit:
+class IdleSplit(msgspec.Struct, frozen=True):
     """Idle time of one stream between its consecutive device events."""
 
     device: int
@@ -160,7 +158,7 @@ def idle_breakdown(trace: Trace, kernel_wait_us: float) -> list[IdleSplit]:
     launch_ts = np.where(launch >= 0, ev.ts[np.maximum(launch, 0)], -np.inf)
     out = []
     keys = np.stack([ev.device[rows], ev.stream[rows]], axis=1)
-    for device, stream in np.unique(keys, axis=0).tolist():  # sorted (device, stream)
+    for device, stream in unique(keys, axis=0).tolist():  # sorted (device, stream)
         sel = np.flatnonzero((keys[:, 0] == device) & (keys[:, 1] == stream))
         sel = sel[np.argsort(ev.ts[rows[sel]], kind="stable")]
         prev_end = ev.end[rows[sel]][:-1]

@@ -5,6 +5,23 @@ from __future__ import annotations
 import numpy as np
 
 
+def unique(values: np.ndarray, axis: int | None = None) -> np.ndarray:
+    """``np.unique(values, axis=axis)``, sorted, without numpy 2's import of ``numpy.ma`` on
+    that path (35 ms of a short command's start-up: it checks for masked arrays only when no
+    counts are asked for). Rows of two integer columns (device, stream) are packed into one
+    integer first: numpy's row-wise unique sorts a structured view, 10x slower."""
+    if axis == 0 and values.ndim == 2 and values.shape[1] == 2 and values.dtype.kind in "iu":
+        if not len(values):
+            return values[:0]
+        low = values.min(axis=0).astype(np.int64)
+        span = int(values[:, 1].max()) - int(low[1]) + 1
+        codes = (values[:, 0] - low[0]) * span + (values[:, 1] - low[1])
+        distinct = np.unique(codes, return_counts=True)[0]
+        return np.stack([distinct // span + low[0], distinct % span + low[1]],
+                        axis=1).astype(values.dtype)
+    return np.unique(values, return_counts=True, axis=axis)[0]
+
+
 def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals as sorted, disjoint (starts, ends). Empty intervals are dropped."""
     keep = ends > starts

@@ -8,8 +8,8 @@ NCCL/RCCL and ROCm (``Cijk_*`` Tensile/hipBLASLt GEMMs, MIOpen convolutions).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.categories import is_communication_kernel
@@ -74,8 +74,7 @@ def uses_tensor_cores(name: str) -> bool | None:
     return None
 
 
-@dataclass(frozen=True)
-class DeviceOps:
+class DeviceOps(msgspec.Struct, frozen=True):
     """The device events (kernels, copies, memsets) inside the analysed steps."""
 
     rows: np.ndarray  # int64 rows into the event table, sorted by start
@@ -94,23 +93,19 @@ def device_ops(trace: Trace, steps: StepWindows) -> DeviceOps:
     rows = rows[in_steps(ev.ts[rows], steps)]
     rows = rows[np.argsort(ev.ts[rows], kind="stable")]
     class_index = {c: i for i, c in enumerate(KERNEL_CLASSES)}
-    per_name_cls: dict[tuple[int, int], int] = {}
-    per_name_tc: dict[int, int] = {}
-    cls = np.empty(rows.size, dtype=np.int8)
-    tc = np.full(rows.size, -1, dtype=np.int8)
-    for i, (nid, kind) in enumerate(zip(ev.name_id[rows].tolist(), ev.kind[rows].tolist(),
-                                        strict=True)):
-        key = (nid, kind)
-        c = per_name_cls.get(key)
-        if c is None:
-            c = per_name_cls[key] = class_index[kernel_class(ev.names[nid], kind)]
-        cls[i] = c
-        if KERNEL_CLASSES[c] in _MATRIX:
-            t = per_name_tc.get(nid)
-            if t is None:
-                verdict = uses_tensor_cores(ev.names[nid])
-                t = per_name_tc[nid] = -1 if verdict is None else int(verdict)
-            tc[i] = t
+    # Classified once per distinct (name, kind), then spread to the rows.
+    codes = ev.name_id[rows].astype(np.int64) * 16 + ev.kind[rows]
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    pair_cls, pair_tc = [], []
+    for code in distinct.tolist():
+        name = ev.names[code // 16]
+        c = class_index[kernel_class(name, code % 16)]
+        verdict = uses_tensor_cores(name) if KERNEL_CLASSES[c] in _MATRIX else None
+        pair_cls.append(c)
+        pair_tc.append(-1 if verdict is None else int(verdict))
+    inverse = inverse.reshape(-1)
+    cls = np.asarray(pair_cls, dtype=np.int8)[inverse]
+    tc = np.asarray(pair_tc, dtype=np.int8)[inverse]
     return DeviceOps(rows=rows, cls=cls, tensor_core=tc, launcher=_launchers(trace, rows))
 
 

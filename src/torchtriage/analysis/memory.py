@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
+from torchtriage.analysis.intervals import unique
 from torchtriage.trace.model import Trace
 
 CPU_DEVICE_TYPE = 0
 
 
-@dataclass(frozen=True)
-class DeviceMemory:
+class DeviceMemory(msgspec.Struct, frozen=True):
     """Peak usage of one device, as the allocator saw it."""
 
     device: str  # "cpu" or "cuda:N"
@@ -36,7 +35,7 @@ def memory_peaks(trace: Trace) -> list[DeviceMemory]:
         return []
     key = mem.device_type.astype(np.int64) * 1_000 + mem.device_id.astype(np.int64)
     out = []
-    for k in np.unique(key):
+    for k in unique(key):
         sel = key == k
         alloc = mem.total_allocated[sel]
         reserved = mem.total_reserved[sel]
@@ -57,8 +56,7 @@ def memory_peaks(trace: Trace) -> list[DeviceMemory]:
     return sorted(out, key=lambda d: -d.peak_allocated)
 
 
-@dataclass(frozen=True)
-class MemoryCurve:
+class MemoryCurve(msgspec.Struct, frozen=True):
     """Allocated bytes over time on one device, for the report's memory figure."""
 
     device: str  # "cpu" or "cuda:N"
@@ -74,7 +72,7 @@ def memory_curves(trace: Trace, max_points: int = 3000) -> list[MemoryCurve]:
         return []
     t0 = float(mem.ts.min())
     curves = []
-    pairs = np.unique(np.stack([mem.device_type, mem.device_id], 1), axis=0).tolist()
+    pairs = unique(np.stack([mem.device_type, mem.device_id], 1), axis=0).tolist()
     for device_type, device_id in pairs:
         sel = np.flatnonzero((mem.device_type == device_type) & (mem.device_id == device_id))
         sel = sel[np.argsort(mem.ts[sel], kind="stable")]

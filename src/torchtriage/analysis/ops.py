@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.intervals import covers
@@ -15,8 +14,7 @@ def _is_step_marker(name: str) -> bool:
     return name.startswith("ProfilerStep#")
 
 
-@dataclass(frozen=True)
-class OpNesting:
+class OpNesting(msgspec.Struct, frozen=True):
     """For the host ops (``cpu_op``) of a trace: row indices, self time, depth, subtree max."""
 
     rows: np.ndarray  # int64 rows of the event table
@@ -25,8 +23,7 @@ class OpNesting:
     max_self_us: np.ndarray  # float64 largest self time in the op's subtree (itself included)
 
 
-@dataclass(frozen=True)
-class OpStat:
+class OpStat(msgspec.Struct, frozen=True):
     name: str
     count: int
     total_us: float  # inclusive time (host ops) or kernel time (device)
@@ -49,36 +46,59 @@ def op_nesting(trace: Trace) -> OpNesting:
                          max_self_us=empty)
     order = np.lexsort((-ev.dur[rows], ev.ts[rows], ev.thread_id[rows]))
     rows = rows[order]
-    tid = ev.thread_id[rows].tolist()
-    start = ev.ts[rows].tolist()
-    end = (ev.ts[rows] + ev.dur[rows]).tolist()
-    dur = ev.dur[rows].tolist()
+    tid, start, dur = ev.thread_id[rows], ev.ts[rows], ev.dur[rows]
     n = len(rows)
-    child_sum = [0.0] * n
-    depth = [0] * n
-    parent = [-1] * n
-    stack: list[int] = []
-    current_tid = None
-    for i in range(n):
-        if tid[i] != current_tid:
-            stack.clear()
-            current_tid = tid[i]
-        while stack and end[stack[-1]] <= start[i]:
-            stack.pop()
-        if stack:
-            p = stack[-1]
-            child_sum[p] += dur[i]
-            depth[i] = len(stack)
-            parent[i] = p
-        stack.append(i)
-    self_us = [max(d - c, 0.0) for d, c in zip(dur, child_sum, strict=True)]
-    max_self = list(self_us)
-    for i in range(n - 1, -1, -1):  # children sort after their parents
-        p = parent[i]
-        if p >= 0 and max_self[i] > max_self[p]:
-            max_self[p] = max_self[i]
-    return OpNesting(rows=rows, self_us=np.asarray(self_us), depth=np.asarray(depth, np.int32),
-                     max_self_us=np.asarray(max_self))
+    new_thread = np.ones(n, dtype=bool)
+    new_thread[1:] = tid[1:] != tid[:-1]
+    first = np.maximum.accumulate(np.where(new_thread, np.arange(n), 0))
+    # An op's parent is the op a stack of open ops would have on top when it starts: the
+    # latest earlier op of its thread that is still running (ends after it starts).
+    parent = _latest_still_running(start, start + dur, first)
+    has = parent >= 0
+    self_us = np.maximum(dur - np.bincount(parent[has], weights=dur[has], minlength=n), 0.0)
+    depth = _depths(parent)
+    max_self = self_us.copy()
+    by_depth = np.argsort(-depth, kind="stable")  # deepest first: children before parents
+    levels = np.split(by_depth, np.flatnonzero(np.diff(depth[by_depth])) + 1)
+    for level in levels:
+        if depth[level[0]] > 0:  # roots have no parent to pass their maximum to
+            np.maximum.at(max_self, parent[level], max_self[level])
+    return OpNesting(rows=rows, self_us=self_us, depth=depth, max_self_us=max_self)
+
+
+def _latest_still_running(start: np.ndarray, end: np.ndarray, first: np.ndarray
+                          ) -> np.ndarray:
+    """For each row ``i``: the largest ``j`` in ``[first[i], i)`` with ``end[j] > start[i]``,
+    else -1. A sparse table of window maxima of ``end`` is searched from ``i - 1`` backwards,
+    skipping whole windows that end too early, for all rows at once (O(n log n), no loop over
+    rows)."""
+    n = len(start)
+    maxima = [end]  # maxima[p][x] = max(end[x - 2**p + 1 : x + 1]) (clipped at 0)
+    width = 1
+    while width * 2 <= n:
+        level = maxima[-1].copy()
+        level[width:] = np.maximum(level[width:], maxima[-1][:-width])
+        maxima.append(level)
+        width *= 2
+    pos = np.arange(n, dtype=np.int64) - 1
+    for p in range(len(maxima) - 1, -1, -1):
+        rows = np.flatnonzero(pos >= 0)
+        skip = rows[maxima[p][pos[rows]] <= start[rows]]
+        pos[skip] -= 1 << p
+    found = pos >= first
+    found[found] = end[pos[found]] > start[found]
+    return np.where(found, pos, -1)
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    """Ancestors of each row (``parent[i] < i``, -1 at a root), by pointer jumping."""
+    depth = (parent >= 0).astype(np.int32)
+    ancestor = parent.copy()
+    while (live := np.flatnonzero(ancestor >= 0)).size:
+        up = ancestor[live]
+        depth[live] += depth[up]
+        ancestor[live] = ancestor[up]
+    return depth
 
 
 def in_steps(ts: np.ndarray, steps: StepWindows) -> np.ndarray:

@@ -6,8 +6,7 @@ caching allocator, so they are reported even when they do not cost time in the p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.steps import StepWindows
@@ -16,8 +15,7 @@ from torchtriage.trace.model import EventKind, Trace
 _NO_TENSOR = (b"[]", b"[[]]")
 
 
-@dataclass(frozen=True)
-class DynamicShapeOp:
+class DynamicShapeOp(msgspec.Struct, frozen=True):
     name: str
     steps_seen: int  # analysed steps in which the op ran
     distinct_signatures: int  # distinct per-step sets of input shapes

@@ -17,8 +17,8 @@ are kept in ``excluded`` with the reason, and left out of statistics as long as 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from torchtriage.trace.model import HOST_KINDS, EventKind, Trace
@@ -27,8 +27,7 @@ _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
 
 
-@dataclass(frozen=True)
-class StepWindows:
+class StepWindows(msgspec.Struct, frozen=True):
     """The analysed steps (sorted by start) and the ones left out."""
 
     source: str  # "profiler_step" | "optimizer_step" | "window"
@@ -36,7 +35,7 @@ class StepWindows:
     start: np.ndarray  # float64 µs
     end: np.ndarray  # float64 µs
     main_thread: int  # thread id that holds the steps (-1 when unknown)
-    excluded: dict[int, str] = field(default_factory=dict)  # step number -> reason
+    excluded: dict[int, str] = msgspec.field(default_factory=dict)  # step number -> reason
 
     def __len__(self) -> int:
         return int(self.numbers.size)

@@ -9,8 +9,7 @@ in the device lanes are the device's idle time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.categories import category_masks
@@ -25,16 +24,14 @@ CPU_LANES = ("data_loading", "forward", "backward", "optimizer", "communication"
 MAX_INTERVALS = 4000  # per lane; beyond it the shortest gaps are closed
 
 
-@dataclass(frozen=True)
-class Lane:
+class Lane(msgspec.Struct, frozen=True):
     name: str
     start_ms: np.ndarray  # from the window's start
     end_ms: np.ndarray
     busy_ms: float
 
 
-@dataclass(frozen=True)
-class Timeline:
+class Timeline(msgspec.Struct, frozen=True):
     steps: list[int]  # step numbers in the window
     step_start_ms: list[float]  # each step's start, from the window's start
     span_ms: float

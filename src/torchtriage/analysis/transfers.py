@@ -15,10 +15,11 @@ as host work, with its time.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
+from torchtriage.analysis.intervals import unique
 from torchtriage.analysis.ops import in_steps
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import EventKind, Trace
@@ -35,21 +36,19 @@ _D2H = re.compile(r"DtoH|DeviceToHost", re.I)
 _D2D = re.compile(r"DtoD|DeviceToDevice|PtoP", re.I)
 
 
-@dataclass(frozen=True)
-class CopyStats:
+class CopyStats(msgspec.Struct, frozen=True):
     count: int = 0
     pageable: int = 0
     bytes: int = 0
     time_us: float = 0.0
 
 
-@dataclass(frozen=True)
-class Transfers:
+class Transfers(msgspec.Struct, frozen=True):
     h2d: CopyStats
     d2h: CopyStats
     d2d: CopyStats
     sync_copy_calls: int  # cudaMemcpy / hipMemcpy without Async
-    syncs_per_step: dict[str, float] = field(default_factory=dict)  # call -> count per step
+    syncs_per_step: dict[str, float] = msgspec.field(default_factory=dict)  # call -> count per step
     cpu_scalar_reads_per_step: float = 0.0  # scalar reads that waited for no device work
     cpu_scalar_read_us_per_step: float = 0.0
 
@@ -58,11 +57,11 @@ def transfers(trace: Trace, steps: StepWindows) -> Transfers:
     ev = trace.events
     copies = np.flatnonzero(ev.kind == EventKind.MEMCPY)
     copies = copies[in_steps(ev.ts[copies], steps)]
-    names = [ev.names[i] for i in ev.name_id[copies]]
+    pageable_rows = ev.name_mask(lambda n: "Pageable" in n)[copies]
 
     def stats(pattern: re.Pattern[str]) -> CopyStats:
-        sel = np.array([bool(pattern.search(n)) for n in names], dtype=bool)
-        pageable = sum(1 for n, s in zip(names, sel, strict=True) if s and "Pageable" in n)
+        sel = ev.name_mask(pattern.search)[copies]  # the pattern runs once per distinct name
+        pageable = int((sel & pageable_rows).sum())
         moved = ev.nbytes[copies[sel]]
         return CopyStats(count=int(sel.sum()), pageable=pageable,
                          bytes=int(moved[moved > 0].sum()),
@@ -101,7 +100,7 @@ def _contains(ev, rows: np.ndarray, inner: np.ndarray) -> np.ndarray:
     out = np.zeros(rows.size, dtype=bool)
     if not rows.size or not inner.size:
         return out
-    for thread in np.unique(ev.thread_id[rows]):
+    for thread in unique(ev.thread_id[rows]):
         mine = ev.thread_id[rows] == thread
         starts = np.sort(ev.ts[inner[ev.thread_id[inner] == thread]])
         lo = np.searchsorted(starts, ev.ts[rows[mine]], side="left")

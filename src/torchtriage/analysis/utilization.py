@@ -6,26 +6,23 @@ steps; utilization is busy time over the steps' wall time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
-from torchtriage.analysis.intervals import covered_within, merge
+from torchtriage.analysis.intervals import covered_within, merge, unique
 from torchtriage.analysis.kernels import KERNEL_CLASSES, DeviceOps
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import Trace
 
 
-@dataclass(frozen=True)
-class StreamBusy:
+class StreamBusy(msgspec.Struct, frozen=True):
     device: int
     stream: int
     busy_us: float
     events: int
 
 
-@dataclass(frozen=True)
-class ClassTime:
+class ClassTime(msgspec.Struct, frozen=True):
     cls: str
     count: int
     time_us: float
@@ -33,8 +30,7 @@ class ClassTime:
     no_tensor_core_us: float  # matrix kernels whose name shows they do not use them
 
 
-@dataclass(frozen=True)
-class KernelTime:
+class KernelTime(msgspec.Struct, frozen=True):
     name: str
     cls: str
     count: int
@@ -57,7 +53,7 @@ def busy_time(trace: Trace, ops: DeviceOps, steps: StepWindows) -> tuple[float, 
     per_stream = []
     keys = np.stack([ev.device[ops.rows], ev.stream[ops.rows]], axis=1) if ops.rows.size else \
         np.zeros((0, 2), dtype=np.int64)
-    for device, stream in np.unique(keys, axis=0).tolist():  # sorted (device, stream)
+    for device, stream in unique(keys, axis=0).tolist():  # sorted (device, stream)
         sel = ops.rows[(keys[:, 0] == device) & (keys[:, 1] == stream)]
         per_stream.append(StreamBusy(device=device, stream=stream,
                                      busy_us=union_in_steps(trace, sel, steps),

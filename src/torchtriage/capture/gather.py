@@ -34,7 +34,7 @@ def share_over_store(out: Path, rank: int, world_size: int, trace: Path | None,
 
     key = f"torchtriage/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{out}/"
     try:
-        mine = diagnose(load_trace(trace), device_memory=device_memory, machine=machine,
+        mine = diagnose(load_trace(trace, workers=1), device_memory=device_memory, machine=machine,
                         oom=out_of_memory is not None, out_of_memory=out_of_memory,
                         windows=windows)
         store.set(key + str(rank), mine.to_json(indent=0))

@@ -305,7 +305,7 @@ class ProfileSession:
                 from torchtriage.diagnosis.diagnose import diagnose
                 from torchtriage.trace.ingest import load_trace
 
-                self._diagnosis = diagnose(load_trace(self.trace_path),
+                self._diagnosis = diagnose(load_trace(self.trace_path, workers=1),
                                            device_memory=self.device_memory, oom=oom,
                                            top=self.top, out_of_memory=self.out_of_memory)
                 self._diagnosis.capture = self._capture_info(oom)

@@ -11,14 +11,13 @@ numerics cost to check, 4 = a long compile or tuning run, 5 = engineering work.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 COST_LABELS = {1: "flag", 2: "small code change", 3: "code change + check", 4: "tuning run",
                5: "engineering"}
 
 
-@dataclass(frozen=True)
-class Remedy:
+class Remedy(msgspec.Struct, frozen=True):
     """A catalog entry (the diagnosis turns it into a Prescription with a reason)."""
 
     id: str

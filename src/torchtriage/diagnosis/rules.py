@@ -8,8 +8,8 @@ the catalog remedies that apply, each with the reason it applies here.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.breakdown import StepBreakdown
@@ -19,7 +19,7 @@ from torchtriage.analysis.categories import (
     is_host_communication,
 )
 from torchtriage.analysis.collectives import CollectiveStats
-from torchtriage.analysis.intervals import covers, merge
+from torchtriage.analysis.intervals import covers, merge, unique
 from torchtriage.analysis.kernels import KERNEL_CLASSES, DeviceOps
 from torchtriage.analysis.launch import LaunchStats
 from torchtriage.analysis.memory import DeviceMemory
@@ -33,8 +33,7 @@ from torchtriage.diagnosis.result import Evidence, Finding, MachineInfo, OutOfMe
 from torchtriage.trace.model import HOST_KINDS, EventKind, Trace
 
 
-@dataclass
-class DeviceEvidence:
+class DeviceEvidence(msgspec.Struct):
     """Device-side analyses of a GPU trace, computed once."""
 
     ops: DeviceOps
@@ -52,8 +51,7 @@ class DeviceEvidence:
         return sum(c.time_us for c in self.classes if c.cls not in ("memcpy", "memset"))
 
 
-@dataclass
-class Facts:
+class Facts(msgspec.Struct):
     """Everything the rules read, computed once per trace."""
 
     trace: Trace
@@ -66,7 +64,7 @@ class Facts:
     oom: bool = False
     device: DeviceEvidence | None = None  # GPU traces only
     machine: MachineInfo | None = None  # torchtriage run only
-    collectives: list[CollectiveStats] = field(default_factory=list)
+    collectives: list[CollectiveStats] = msgspec.field(default_factory=list)
     out_of_memory: OutOfMemory | None = None  # what the error said, when the run ran out
 
     @property
@@ -85,11 +83,10 @@ class Facts:
 
 
 
-@dataclass
-class Verdict:
-    evidence: list[Evidence] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    remedies: list[tuple[Remedy, str]] = field(default_factory=list)
+class Verdict(msgspec.Struct):
+    evidence: list[Evidence] = msgspec.field(default_factory=list)
+    findings: list[Finding] = msgspec.field(default_factory=list)
+    remedies: list[tuple[Remedy, str]] = msgspec.field(default_factory=list)
 
 
 def share_evidence(metric: str, value: float, t: th.Threshold) -> Evidence:
@@ -491,7 +488,7 @@ def _runs_low_precision(f: Facts) -> bool:
     ops = f.device.ops
     ev = f.trace.events
     matrix = np.isin(ops.cls, [KERNEL_CLASSES.index(c) for c in _MATRIX_CLASSES])
-    names = (ev.names[i] for i in np.unique(ev.name_id[ops.rows[matrix]]))
+    names = (ev.names[i] for i in unique(ev.name_id[ops.rows[matrix]]))
     return any(_LOW_PRECISION.search(n) for n in names)
 
 

@@ -6,11 +6,10 @@ number fired and why that number.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True)
-class Threshold:
+class Threshold(msgspec.Struct, frozen=True):
     """A named default: its value, unit, meaning and source."""
 
     name: str

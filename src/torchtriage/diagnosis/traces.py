@@ -2,10 +2,13 @@
 
 Algorithm: find the trace files at the given path(s); load and diagnose each (rank traces are
 independent, so several are done in parallel processes, each with its share of the memory
-limit; one trace is done in this process); one trace gives its :class:`Diagnosis`, several
-give the :class:`JobDiagnosis` over them (per-rank verdicts, stragglers, one job verdict).
-Workers send back the diagnosis (a msgspec struct) and, when asked, the small per-trace
-report detail (timeline lanes and memory curves), never the loaded trace tables.
+limit; one trace is done in this process, whose load may use a second decoding process); one
+trace gives its :class:`Diagnosis`, several give the :class:`JobDiagnosis` over them (per-rank
+verdicts, stragglers, one job verdict). The pool is sized to the work: at most one process per
+core and per trace, and one per :data:`JSON_PER_WORKER` of JSON, since a process costs more to
+start than a small trace takes to diagnose. Workers send back the diagnosis as msgpack bytes
+(a compact msgspec struct) and, when asked, the small per-trace report detail (timeline lanes
+and memory curves), never the loaded trace tables.
 """
 
 from __future__ import annotations
@@ -17,13 +20,13 @@ import stat
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from torchtriage.analysis.memory import MemoryCurve, memory_curves
 from torchtriage.analysis.steps import find_steps
-from torchtriage.analysis.timeline import Timeline, timeline
 from torchtriage.diagnosis.diagnose import diagnose
 from torchtriage.diagnosis.job import JobDiagnosis, diagnose_job
 from torchtriage.diagnosis.result import Diagnosis, OutOfMemory, WindowCheck
@@ -31,13 +34,17 @@ from torchtriage.errors import TraceError
 from torchtriage.trace.discover import find_trace_files, rank_of_trace_file
 from torchtriage.trace.ingest import MEMORY_LIMIT_ENV, default_memory_limit, load_trace
 from torchtriage.trace.model import Trace
+from torchtriage.trace.parallel import raw_size
+
+if TYPE_CHECKING:
+    from torchtriage.analysis.timeline import Timeline
 
 TracePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 STDIN = "-"  # a path that means standard input
+JSON_PER_WORKER = 16 * 2**20  # bytes of JSON that pay for starting a pool process
 
 
-@dataclass(frozen=True)
-class DiagnoseOptions:
+class DiagnoseOptions(msgspec.Struct, frozen=True):
     """How traces are diagnosed.
 
     Attributes:
@@ -48,7 +55,9 @@ class DiagnoseOptions:
         machine: per rank, the machine samples ``torchtriage run`` recorded.
         out_of_memory: per rank, the out-of-memory error the run raised (its figures).
         windows: per rank, ``torchtriage run``'s checks of its profiled windows.
-        workers: processes for several traces (default: one per core, at most one per trace).
+        workers: processes for several traces (default: one per core, at most one per trace
+            and one per :data:`JSON_PER_WORKER` of JSON); 1: this process only, a single
+            trace's load included.
     """
 
     device_memory: int | None = None
@@ -60,8 +69,7 @@ class DiagnoseOptions:
     workers: int | None = None
 
 
-@dataclass(frozen=True)
-class TraceDetail:
+class TraceDetail(msgspec.Struct, frozen=True):
     """What a report draws from a trace beyond its diagnosis."""
 
     timeline: Timeline | None
@@ -162,9 +170,12 @@ def _run(paths: TracePaths, options: DiagnoseOptions, detail: bool
 
 def _run_files(files: list[Path], options: DiagnoseOptions, detail: bool
                ) -> list[tuple[Diagnosis, TraceDetail | None]]:
-    workers = min(len(files), options.workers or os.cpu_count() or 1)
+    workers = _pool_size(files, options.workers)
     if workers <= 1:
-        return [_diagnose_file(p, options, None, detail) for p in files]
+        # one trace may be decoded by a second process, unless one process was asked for
+        # (the bootstrap diagnoses inside the training process, at its exit: no fork there)
+        alone = len(files) == 1 and options.workers != 1
+        return [_diagnose_file(p, options, None, detail, alone) for p in files]
     # imported here: concurrent.futures registers an atexit hook on import, which fails when
     # this runs at interpreter exit (the bootstrap's rank 0 diagnoses its run at exit)
     from concurrent.futures import ProcessPoolExecutor
@@ -173,13 +184,32 @@ def _run_files(files: list[Path], options: DiagnoseOptions, detail: bool
     share = None if source == MEMORY_LIMIT_ENV else limit // workers
     n = len(files)
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        pairs = list(pool.map(_diagnose_file, files, [options] * n, [share] * n, [detail] * n))
-    return pairs
+        packed = list(pool.map(_diagnose_packed, files, [options] * n, [share] * n,
+                               [detail] * n))
+    unpack = msgspec.msgpack.Decoder(Diagnosis)
+    return [(unpack.decode(doc), extra) for doc, extra in packed]
+
+
+def _pool_size(files: list[Path], workers: int | None) -> int:
+    if workers is not None:
+        return min(len(files), workers)
+    if len(files) <= 1:
+        return 1
+    json_bytes = sum(raw_size(f) for f in files)
+    return max(1, min(len(files), os.cpu_count() or 1, json_bytes // JSON_PER_WORKER))
+
+
+def _diagnose_packed(path: Path, options: DiagnoseOptions, memory_limit: int | None,
+                     detail: bool) -> tuple[bytes, TraceDetail | None]:
+    """:func:`_diagnose_file` in a pool process: the diagnosis as msgpack, one decoder."""
+    diagnosis, extra = _diagnose_file(path, options, memory_limit, detail, False)
+    return msgspec.msgpack.encode(diagnosis), extra
 
 
 def _diagnose_file(path: Path, options: DiagnoseOptions, memory_limit: int | None,
-                   detail: bool) -> tuple[Diagnosis, TraceDetail | None]:
-    trace = load_trace(path, memory_limit)
+                   detail: bool, alone: bool) -> tuple[Diagnosis, TraceDetail | None]:
+    """``alone``: the only trace of this call, whose load may use a second process."""
+    trace = load_trace(path, memory_limit, workers=None if alone else 1)
     rank = rank_of_trace_file(path) or 0
     machine = options.machine.get(rank) if options.machine else None
     report = options.out_of_memory.get(rank) if options.out_of_memory else None
@@ -190,6 +220,8 @@ def _diagnose_file(path: Path, options: DiagnoseOptions, memory_limit: int | Non
 
 
 def _detail(trace: Trace) -> TraceDetail:
+    from torchtriage.analysis.timeline import timeline  # for the HTML report only
+
     return TraceDetail(timeline=timeline(trace, find_steps(trace)), memory=memory_curves(trace))
 
 

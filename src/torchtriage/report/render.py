@@ -13,10 +13,7 @@ from rich.console import Console, Group, RenderableType
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.document import JsonDocument
-from torchtriage.report import fix_view, terminal, verify_view
-from torchtriage.results.ab import ABResult
-from torchtriage.results.compare import Comparison
-from torchtriage.results.fix import FixResult
+from torchtriage.report import terminal
 
 
 def renderable(doc: JsonDocument) -> RenderableType:
@@ -27,6 +24,12 @@ def renderable(doc: JsonDocument) -> RenderableType:
                      terminal.job_renderable(doc))
     if isinstance(doc, Diagnosis):
         return terminal.renderable(doc)
+    # the verification views, only for their documents (a diagnosis does not load them)
+    from torchtriage.report import fix_view, verify_view
+    from torchtriage.results.ab import ABResult
+    from torchtriage.results.compare import Comparison
+    from torchtriage.results.fix import FixResult
+
     if isinstance(doc, Comparison):
         return verify_view.comparison_renderable(doc)
     if isinstance(doc, ABResult):

@@ -10,11 +10,11 @@ Times are microseconds, as in the trace file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
 from typing import Any
 
+import msgspec
 import numpy as np
 
 
@@ -58,8 +58,7 @@ HOST_KINDS = (EventKind.CPU_OP, EventKind.USER_ANNOTATION)
 DEVICE_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
 
 
-@dataclass(frozen=True)
-class EventTable:
+class EventTable(msgspec.Struct, frozen=True, dict=True):
     """One row per complete event. All arrays have the same length."""
 
     kind: np.ndarray  # int8, EventKind
@@ -77,11 +76,11 @@ class EventTable:
     names: list[str]
     threads: list[tuple[str, str]]  # (pid, tid) as strings
     shapes_blob: bytes = b""
-    labels: list[str] = field(default_factory=list)  # collective names and dtypes
+    labels: list[str] = msgspec.field(default_factory=list)  # collective names and dtypes
     # Collective args, only for the rows that carry them (NCCL kernels, record_param_comms,
     # gloo:*): row -> (label id of the collective, elements or -1, group size or -1,
     # label id of the dtype or -1).
-    collectives: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    collectives: dict[int, tuple[int, int, int, int]] = msgspec.field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])
@@ -112,8 +111,7 @@ class EventTable:
         return self.shapes_blob[offset : offset + int(self.shape_length[row])]
 
 
-@dataclass(frozen=True)
-class MemoryTable:
+class MemoryTable(msgspec.Struct, frozen=True):
     """Allocator events (``[memory]``): one row per allocation or free."""
 
     ts: np.ndarray  # float64 µs
@@ -127,8 +125,7 @@ class MemoryTable:
         return int(self.ts.shape[0])
 
 
-@dataclass(frozen=True)
-class DeviceInfo:
+class DeviceInfo(msgspec.Struct, frozen=True):
     """One entry of the trace's ``deviceProperties``."""
 
     id: int
@@ -139,8 +136,7 @@ class DeviceInfo:
     num_sms: int
 
 
-@dataclass(frozen=True)
-class TraceMeta:
+class TraceMeta(msgspec.Struct, frozen=True):
     """Top-level facts of the trace file."""
 
     path: str
@@ -150,12 +146,11 @@ class TraceMeta:
     world_size: int | None = None
     base_time_ns: int | None = None
     # What torchtriage's own capture wrote into the trace (warm-up and partial steps).
-    torchtriage: dict[str, Any] = field(default_factory=dict)
+    torchtriage: dict[str, Any] = msgspec.field(default_factory=dict)
     raw_bytes: int = 0
 
 
-@dataclass(frozen=True)
-class Trace:
+class Trace(msgspec.Struct, frozen=True, dict=True):
     """One rank's trace: events, allocator events and file metadata."""
 
     events: EventTable

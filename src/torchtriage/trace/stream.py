@@ -11,19 +11,34 @@ with ``deviceProperties`` and ``distributedInfo``, the suffix with ``baseTimeNan
 kept and returned as one small JSON object with an empty ``traceEvents``.
 
 Memory is one block plus one chunk of decoded events at a time, whatever the file's size.
+
+For a decoder in another process, :meth:`EventChunks.pieces` hands out the events text itself,
+cut at the likely ends of events without decoding it here: a piece that then fails to decode
+(a cut inside a string, or corrupt data) is handed back with :meth:`EventChunks.rewind`, and
+from there the cuts are checked by decoding here again, where corrupt data is reported with its
+byte offset. Gzip is inflated by ISA-L (``isal``) when it is installed, else by zlib.
 """
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import msgspec
 import numpy as np
 
 from torchtriage.errors import TraceError
+
+try:  # ISA-L's inflate: the same API as zlib's, 2-3x its speed (optional, see pyproject)
+    from isal import isal_zlib as _inflate_module
+
+    _INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate_module.error)
+except ImportError:  # pragma: no cover - isal is a default dependency
+    _inflate_module = zlib  # type: ignore[assignment]
+    _INFLATE_ERRORS = (zlib.error,)
 
 BLOCK_BYTES = 4 * 1024 * 1024  # uncompressed bytes read per step
 _COMPRESSED_READ = 1024 * 1024
@@ -39,6 +54,16 @@ _SEPARATORS = frozenset(b" \t\r\n,")
 _CUT_TRIES = 8  # candidate cuts tried from the end of a block before scanning it
 
 T = TypeVar("T")
+
+
+class Piece(NamedTuple):
+    """Whole events as written in the file (separators included), not decoded yet."""
+
+    offset: int  # of text[0] in the uncompressed file
+    text: bytes
+
+
+SYNC = Piece(-1, b"")  # from pieces(): confirm (or rewind) every piece handed out so far
 
 
 class EventChunks(Generic[T]):
@@ -57,8 +82,27 @@ class EventChunks(Generic[T]):
         self.raw_bytes = 0
         self.outside = b""  # the document without its events, "traceEvents": [] in their place
         self.found_events = False
+        self._rewound = b""  # pieces handed back, cut again (checked) before what follows
+        self._checked = False  # after a rewind, every cut is checked by decoding here
 
     def __iter__(self) -> Iterator[T]:
+        return self._run(check=True)  # type: ignore[return-value]
+
+    def pieces(self) -> Iterator[Piece | T]:
+        """The events as :class:`Piece` texts to decode elsewhere, cut at each block's last
+        likely end of an event without decoding. :data:`SYNC` asks the caller to make sure
+        every piece so far decodes (a cut that is not checked must not be built on), calling
+        :meth:`rewind` when one does not; from a rewind on, this yields what ``decode``
+        returns instead, for the rest of the file."""
+        return self._run(check=False)
+
+    def rewind(self, pieces: list[Piece]) -> None:
+        """Hand back the pieces from the first that did not decode on (in order): they are
+        cut again, each cut checked by decoding, and so is everything after them."""
+        self._rewound = b"".join(p.text for p in pieces) + self._rewound
+        self._checked = True
+
+    def _run(self, check: bool) -> Iterator[Any]:
         prefix = bytearray()  # bytes before the events array, up to and including its "["
         suffix = bytearray()  # from the array's closing "]" on
         tail = b""  # bytes carried into the next block
@@ -71,11 +115,19 @@ class EventChunks(Generic[T]):
                 continue
             if phase == "prefix":
                 data, start = tail + block, len(tail)
-                positions, depths, in_string, escaped = _structure(
-                    data, start, in_string, escaped, depth)
-                if len(depths):
-                    depth = int(depths[-1])
-                opened = _events_array_start(data, positions, depths)
+                opened = None
+                key = data.find(_KEY, start - min(start, len(_KEY)))
+                if key >= 0:  # the usual case: scan only up to the key, not the whole block
+                    head = data[:key + len(_KEY) + _LOOKBACK]
+                    positions, depths, _, _ = _structure(head, start, in_string, escaped,
+                                                         depth)
+                    opened = _events_array_start(head, positions, depths)
+                if opened is None:
+                    positions, depths, in_string, escaped = _structure(
+                        data, start, in_string, escaped, depth)
+                    if len(depths):
+                        depth = int(depths[-1])
+                    opened = _events_array_start(data, positions, depths)
                 if opened is None:
                     prefix += block
                     tail = data[-_LOOKBACK:]
@@ -86,7 +138,16 @@ class EventChunks(Generic[T]):
             else:
                 tail += block
             # events phase: tail starts at an event boundary (outside strings, depth 2)
-            decoded, cut, closed = self._cut(tail, at_end=False)
+            tail, self._rewound = self._rewound + tail, b""
+            if not (check or self._checked):
+                cut = next(_candidate_cuts(tail), None)
+                if cut is not None:
+                    yield Piece(self.raw_bytes - len(tail), tail[:cut])
+                    tail = tail[cut:]
+                    continue
+                yield SYNC  # a cut from the structure builds on every cut before it
+                tail, self._rewound = self._rewound + tail, b""
+            decoded, cut, closed = self._cut(tail, self.raw_bytes - len(tail), at_end=False)
             if decoded is not None:
                 yield decoded
             if closed is not None:
@@ -95,7 +156,17 @@ class EventChunks(Generic[T]):
             else:
                 tail = tail[cut:]
         if phase == "events":
-            decoded, cut, closed = self._cut(tail, at_end=True)
+            if not (check or self._checked):
+                # The last block's events but the last go out as a piece too, so that only
+                # one event and the array's end are cut here from the structure.
+                cut = next(_candidate_cuts(tail), None)
+                if cut is not None:
+                    yield Piece(self.raw_bytes - len(tail), tail[:cut])
+                    tail = tail[cut:]
+            if not check:
+                yield SYNC
+                tail, self._rewound = self._rewound + tail, b""
+            decoded, cut, closed = self._cut(tail, self.raw_bytes - len(tail), at_end=True)
             if decoded is not None:
                 yield decoded
             if closed is None:
@@ -104,10 +175,10 @@ class EventChunks(Generic[T]):
             suffix += tail[closed:]
         self.outside = bytes(prefix) + bytes(suffix)
 
-    def _cut(self, data: bytes, at_end: bool) -> tuple[T | None, int, int | None]:
+    def _cut(self, data: bytes, offset: int, at_end: bool) -> tuple[T | None, int, int | None]:
         """Decode the complete events at the start of ``data`` (which starts at an event
-        boundary): returns (decoded or None, where the rest begins, position of the array's
-        closing ``]`` when it is in ``data``)."""
+        boundary, at byte ``offset`` of the file): returns (decoded or None, where the rest
+        begins, position of the array's closing ``]`` when it is in ``data``)."""
         if not at_end:
             for cut in _candidate_cuts(data):
                 try:
@@ -125,12 +196,27 @@ class EventChunks(Generic[T]):
         if not len(ends):
             return None, 0, closed
         cut = int(ends[-1]) + 1
+        array = _as_array(data, cut)
         try:
-            return self.decode(_as_array(data, cut)), cut, closed
+            return self.decode(array), cut, closed
         except msgspec.ValidationError:
             raise
         except msgspec.DecodeError as exc:
-            raise TraceError(f"{self.path}: not valid JSON ({exc})") from None
+            raise TraceError(f"{self.path}: not valid JSON at byte "
+                             f"{_error_offset(exc, offset + cut + 2 - len(array)):,}"
+                             f"{' of the uncompressed trace' if self._gzipped() else ''} "
+                             f"({exc})") from None
+
+    def _gzipped(self) -> bool:
+        with self.path.open("rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+
+
+def _error_offset(exc: msgspec.DecodeError, array_start: int) -> int:
+    """The file offset of a decode error, from msgspec's "(byte N)" in the array decoded
+    (``array_start``: the file offset of the array's first event, after its ``[``)."""
+    found = re.search(r"\(byte (\d+)\)", str(exc))
+    return array_start + max(int(found.group(1)) - 1, 0) if found else array_start
 
 
 def _as_array(data: bytes, end: int) -> bytes:
@@ -172,7 +258,7 @@ def _blocks(path: Path, block_bytes: int) -> Iterator[bytes]:
             while block := handle.read(block_bytes):
                 yield block
             return
-        inflate = zlib.decompressobj(wbits=31)
+        inflate = _inflate_module.decompressobj(wbits=31)
         in_member = False  # a gzip member was begun and has not ended
         data = head
         while True:
@@ -188,12 +274,12 @@ def _blocks(path: Path, block_bytes: int) -> Iterator[bytes]:
                     if inflate.eof:  # a multi-member gzip file: the next member may follow
                         in_member = False
                         data = inflate.unused_data
-                        inflate = zlib.decompressobj(wbits=31)
+                        inflate = _inflate_module.decompressobj(wbits=31)
                         if data[:2] != b"\x1f\x8b":
                             data = b""  # padding after the last member
                         continue
                     data = inflate.unconsumed_tail
-            except zlib.error as exc:
+            except _INFLATE_ERRORS as exc:
                 raise TraceError(f"{path}: truncated or corrupt gzip ({exc})") from None
         if in_member:
             raise TraceError(f"{path}: truncated or corrupt gzip (the file ends inside its "

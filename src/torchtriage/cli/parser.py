@@ -1,0 +1,269 @@
+"""The command line's grammar: every command, option and help text, in argparse (stdlib).
+
+Building the parser imports nothing beyond the standard library, so ``--version``, ``--help``
+and a usage error answer in the time Python starts. Each command names its handler as
+``"module:function"`` (a module of this package), imported only when that command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from torchtriage.version import __version__
+
+DESCRIPTION = "What makes PyTorch training slow, what to fix first, and proof the fix worked."
+# The commands whose trailing arguments (after --) are a command line to run.
+COMMAND_RUNNERS = ("run", "ab", "fix")
+
+
+class UsageError(Exception):
+    """A command line argparse refused; the message is one line."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (raised, not printed) and help text computed when
+    it is shown (``epilog_factory``: the schema command lists the document types)."""
+
+    def __init__(self, *args, epilog_factory: Callable[[], str] | None = None,
+                 **kwargs) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.epilog_factory = epilog_factory
+
+    def format_help(self) -> str:
+        if self.epilog_factory is not None:
+            self.epilog = self.epilog_factory()
+        return super().format_help()
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        required = "the following arguments are required: "
+        if message.startswith(required):
+            message = "Missing argument: " + message[len(required):].upper()
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def at_least(low: float, kind: type = int) -> Callable[[str], float]:
+    """An argparse type: a number of ``kind`` not below ``low``."""
+
+    def convert(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text} is below the minimum of {low:g}")
+        return value
+
+    convert.__name__ = kind.__name__  # argparse names the type in its messages
+    return convert
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number from 0 to 1."""
+    value = at_least(0.0, float)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text} is above the maximum of 1")
+    return value
+
+
+def _schema_epilog() -> str:
+    from torchtriage.results.registry import REGISTRY
+
+    return "documents:\n" + "\n".join(f"  {d.name:10s} {d.what}" for d in REGISTRY)
+
+
+def build_parser() -> Parser:
+    """The ``torchtriage`` parser and its subcommands."""
+    root = Parser(prog="torchtriage", description=DESCRIPTION)
+    root.add_argument("--version", action="version", version=f"torchtriage {__version__}",
+                      help="Show the version and exit.")
+    commands = root.add_subparsers(title="commands", dest="command", metavar="COMMAND",
+                                   parser_class=Parser)
+
+    def command(name: str, handler: str, text: str, **kwargs) -> Parser:
+        sub = commands.add_parser(name, help=text.split("\n\n")[0].replace("\n", " "),
+                                  description=text, **kwargs)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    def device_memory(p: Parser) -> None:
+        p.add_argument("--device-memory", metavar="SIZE",
+                       help="Device capacity for the memory rule, e.g. 80GiB (stands in for a "
+                            "GPU's memory on CPU-only traces).")
+
+    def top(p: Parser) -> None:
+        p.add_argument("--top", type=at_least(1), default=10, metavar="N",
+                       help="Rows in the top-ops tables (default 10).")
+
+    def as_json(p: Parser, text: str = "Print the diagnosis as JSON on stdout.") -> None:
+        p.add_argument("--json", dest="json_out", action="store_true", help=text)
+
+    def html(p: Parser) -> None:
+        p.add_argument("--html", dest="html_out", type=Path, metavar="PATH",
+                       help="Also write a self-contained HTML report (opens offline) to this "
+                            "file.")
+
+    def markdown(p: Parser) -> None:
+        p.add_argument("--md", dest="md_out", type=Path, metavar="PATH",
+                       help="Also write a Markdown summary (for a pull-request comment) to "
+                            "this file.")
+
+    def store(p: Parser) -> None:
+        p.add_argument("--store", type=Path, metavar="PATH",
+                       help="Run store (SQLite) to record into and read from; default "
+                            "$TORCHTRIAGE_STORE, else ~/.local/share/torchtriage/runs.sqlite.")
+
+    def min_effect(p: Parser) -> None:
+        p.add_argument("--min-effect", type=fraction, default=0.02, metavar="FRACTION",
+                       help="Smallest speedup that counts: faster/slower only when the whole "
+                            "confidence interval clears 1 +/- this (default 0.02).")
+
+    def out(p: Parser, default: str, text: str) -> None:
+        p.add_argument("--out", type=Path, default=Path(default), metavar="DIR",
+                       help=f"{text} (default {default}).")
+
+    def timeout(p: Parser, text: str) -> None:
+        p.add_argument("--timeout", type=at_least(1, float), metavar="S", help=text)
+
+    def knob(p: Parser, text: str) -> None:
+        p.add_argument("--knob", action="append", metavar="ID=VALUE", help=text)
+
+    def trial_counts(p: Parser, trials: int, trials_help: str, warmup_help: str) -> None:
+        """--trials, --warmup and --steps of an A/B."""
+        p.add_argument("--trials", type=at_least(2), default=trials, metavar="N",
+                       help=trials_help)
+        p.add_argument("--warmup", type=at_least(2), default=3, metavar="N", help=warmup_help)
+        p.add_argument("--steps", type=at_least(3), default=10, metavar="N",
+                       help="Measured steps per trial, at least (default 10).")
+        p.add_argument("--min-measure-s", dest="min_measure_s", type=at_least(0.0, float),
+                       default=None, metavar="S",
+                       help="Each trial measures at least this long; one process's fast steps "
+                            "run on (default: trial_min_measure_s, 1 s).")
+
+    def trailing(p: Parser, text: str) -> None:
+        p.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                       help=text)
+
+    p = command("analyze", "traces:analyze",
+                "Diagnose a Kineto trace captured elsewhere (torch.profiler, "
+                "tensorboard_trace_handler).")
+    p.add_argument("path", type=Path, help="A trace (.json/.json.gz) or a directory of them.")
+    as_json(p)
+    device_memory(p)
+    top(p)
+    html(p)
+    markdown(p)
+
+    p = command("report", "traces:report",
+                "Write the self-contained HTML report (default RUN_DIR/report.html): of a fix "
+                "or ab\ndirectory (fix.json, ab.json), else of the traces in it.")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                   help="A run directory (torchtriage run / profile) or any directory or file "
+                        "of traces.")
+    html(p)
+    device_memory(p)
+
+    p = command("demo", "runs:demo",
+                "Profile the bundled data-starved example and print its diagnosis (CPU, "
+                "~10 s).")
+    out(p, "torchtriage-demo", "Run directory for the trace and report")
+    as_json(p)
+
+    p = command("run", "runs:run",
+                "Profile an unmodified script: torchtriage run [OPTIONS] -- python train.py "
+                "ARGS\n(or -- torchrun --nproc_per_node=N train.py ARGS).")
+    out(p, "torchtriage-run", "Run directory (traces, records, diagnosis.json)")
+    p.add_argument("--steps", type=at_least(1), metavar="N",
+                   help="Stop the script cleanly after N training steps in all (skipped ones "
+                        "too).")
+    p.add_argument("--skip", type=at_least(0), default=0, metavar="N",
+                   help="Training steps to run before the profiling window, at least (a "
+                        "DataLoader's queue of prepared batches drains first).")
+    p.add_argument("--stop-after-window", action="store_true",
+                   help="Stop the script cleanly once the steady-state window is profiled and "
+                        "checked (a long job's diagnosis, then exit).")
+    timeout(p, "Stop the command after S seconds, keeping what was recorded.")
+    knob(p, "Apply a knob (repeatable); see `torchtriage knobs`.")
+    as_json(p)
+    device_memory(p)
+    top(p)
+    store(p)
+    html(p)
+    trailing(p, "The training command, after --.")
+
+    p = command("compare", "traces:compare",
+                "Compare two profiles: speedup with a confidence interval, where the time "
+                "went, op and\nkernel deltas.")
+    p.add_argument("a", type=Path, metavar="A",
+                   help="Baseline: trace file, trace directory or run directory.")
+    p.add_argument("b", type=Path, metavar="B", help="Candidate, the same kinds.")
+    as_json(p, "Print the comparison as JSON.")
+    p.add_argument("--fail-on-regression", metavar="PCT",
+                   help="Exit 1 when B is significantly slower than A by more than PCT (e.g. "
+                        "5%%).")
+    min_effect(p)
+    device_memory(p)
+    store(p)
+    html(p)
+    markdown(p)
+
+    p = command("ab", "runs:ab",
+                "A/B-test knobs on an unmodified script: torchtriage ab --knob ID=VALUE -- "
+                "python\ntrain.py ARGS. Interleaved trials, bootstrap CI, loss parity.")
+    out(p, "torchtriage-ab", "Directory for ab.json, trials.jsonl and the trial logs")
+    knob(p, "Knob for the candidate arm (repeatable). None: an A/A noise test.")
+    p.add_argument("--candidate", metavar="COMMAND",
+                   help="The candidate's own command (a hand-written fix), quoted.")
+    trial_counts(p, 5, "Processes per arm (default 5).",
+                 "Steps before measuring (at least 5 with compile.mode; default 3).")
+    timeout(p, "Seconds per trial.")
+    min_effect(p)
+    as_json(p, "Print ab.json on stdout, no progress.")
+    store(p)
+    html(p)
+    markdown(p)
+    trailing(p, "The training command, after --.")
+
+    p = command("fix", "runs:fix",
+                "Diagnose, try the bottleneck's fixes cheapest first, keep what an A/B "
+                "proves:\ntorchtriage fix --out DIR -- python train.py ARGS.")
+    out(p, "torchtriage-fix", "Directory for fix.json, fix.md, fix.patch and every profile "
+        "and A/B")
+    p.add_argument("--budget", default="10m", metavar="DURATION",
+                   help="Wall-clock budget, e.g. 90s, 10m, 1h (default 10m).")
+    trial_counts(p, 4, "Most trials per arm of each A/B (they stop earlier when the answer "
+                 "is clear; default 4).", "Steps before measuring (default 3).")
+    timeout(p, "Seconds per trial or profile run.")
+    min_effect(p)
+    as_json(p, "Print fix.json on stdout, no progress.")
+    device_memory(p)
+    store(p)
+    html(p)
+    trailing(p, "The training command, after --.")
+
+    p = command("history", "documents:history",
+                "List recorded runs, A/B experiments and comparisons (newest first).")
+    p.add_argument("--limit", type=at_least(1), default=20, metavar="N",
+                   help="Most recent runs to list (default 20).")
+    p.add_argument("--kind", help="Only runs of this kind: run, ab, compare, fix.")
+    as_json(p, "Print the runs as JSON.")
+    store(p)
+
+    p = command("show", "documents:show",
+                "Show a recorded result again: an A/B verdict, a comparison, a run's "
+                "diagnosis.")
+    p.add_argument("run_id", type=int, metavar="ID", help="Run id from `torchtriage history`.")
+    as_json(p, "Print the stored result as JSON.")
+    store(p)
+
+    command("knobs", "documents:knobs", "List the knobs `run --knob` accepts.")
+
+    p = command("schema", "documents:schema",
+                "Print the JSON Schema of one of torchtriage's JSON documents.",
+                epilog_factory=_schema_epilog)
+    p.add_argument("document", nargs="?", default="diagnosis", metavar="DOCUMENT",
+                   help="The document (default diagnosis); the list is below.")
+    return root
