@@ -355,3 +355,17 @@ def test_two_decoders_only_for_a_large_trace_on_a_free_second_core(tmp_path, mon
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert parallel.decoders(big, None) == 1  # one core for this process
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_corrupt_byte_in_a_large_gzip_trace_is_named_at_once(tmp_path, workers):
+    """A broken quote turns every later string inside out: the load names the byte (in one
+    process or two) instead of reading the rest of the file as one unfinished event."""
+    text = json.dumps({"traceEvents": [x(f"aten::op{i % 50}", i, 1, External_id=i)
+                                       for i in range(80000)]}).encode()
+    at = text.index(b'"name"', len(text) // 2)
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text[:at] + b"#" + text[at + 1:], 1))
+    with pytest.raises(TraceError) as err:
+        load_trace(path, workers=workers)
+    assert f"not valid JSON at byte {at:,} of the uncompressed trace (" in str(err.value)

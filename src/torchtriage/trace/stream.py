@@ -165,7 +165,19 @@ class EventChunks(Generic[T]):
                     tail = tail[cut:]
             if not check:
                 yield SYNC
-                tail, self._rewound = self._rewound + tail, b""
+                closed = None
+                if self._rewound:  # pieces handed back: their cuts checked, not one chunk
+                    tail, self._rewound = self._rewound + tail, b""
+                    decoded, cut, closed = self._cut(tail, self.raw_bytes - len(tail),
+                                                     at_end=False)
+                    if decoded is not None:
+                        yield decoded
+                    if closed is None:
+                        tail = tail[cut:]
+                if closed is not None:  # the array's end was in what was handed back
+                    suffix += tail[closed:]
+                    phase = "suffix"
+        if phase == "events":
             decoded, cut, closed = self._cut(tail, self.raw_bytes - len(tail), at_end=True)
             if decoded is not None:
                 yield decoded
@@ -181,9 +193,20 @@ class EventChunks(Generic[T]):
         begins, position of the array's closing ``]`` when it is in ``data``)."""
         if not at_end:
             for cut in _candidate_cuts(data):
+                array = _as_array(data, cut)
                 try:
-                    return self.decode(_as_array(data, cut)), cut, None
-                except msgspec.DecodeError:
+                    return self.decode(array), cut, None
+                except msgspec.ValidationError:
+                    continue
+                except msgspec.DecodeError as exc:
+                    # A wrong cut leaves the array open at its end ("truncated", or the "]"
+                    # added at the end out of place), or, past the events array's own end,
+                    # closes it early ("trailing characters"); any other error before the end
+                    # is corrupt data, which no other cut mends (the structure would not find
+                    # the array's end past it either, and read the rest of the file into one
+                    # chunk).
+                    if _malformed_before(exc, len(array) - 1):
+                        raise self._corrupt(exc, offset + cut + 2 - len(array)) from None
                     continue
         # The structure, then: the ends of the events and the array's end, if here.
         positions, depths, _, _ = _structure(data, 0, False, False, 2)
@@ -202,14 +225,25 @@ class EventChunks(Generic[T]):
         except msgspec.ValidationError:
             raise
         except msgspec.DecodeError as exc:
-            raise TraceError(f"{self.path}: not valid JSON at byte "
-                             f"{_error_offset(exc, offset + cut + 2 - len(array)):,}"
-                             f"{' of the uncompressed trace' if self._gzipped() else ''} "
-                             f"({exc})") from None
+            raise self._corrupt(exc, offset + cut + 2 - len(array)) from None
+
+    def _corrupt(self, exc: msgspec.DecodeError, array_start: int) -> TraceError:
+        """The one-line error for JSON that does not decode, at its byte in the file."""
+        return TraceError(f"{self.path}: not valid JSON at byte "
+                          f"{_error_offset(exc, array_start):,}"
+                          f"{' of the uncompressed trace' if self._gzipped() else ''} ({exc})")
 
     def _gzipped(self) -> bool:
         with self.path.open("rb") as f:
             return f.read(2) == b"\x1f\x8b"
+
+
+def _malformed_before(exc: msgspec.DecodeError, position: int) -> bool:
+    """Whether msgspec found malformed JSON before ``position`` of what it decoded."""
+    message = str(exc)
+    found = re.search(r"\(byte (\d+)\)", message)
+    return (found is not None and int(found.group(1)) < position
+            and "trailing characters" not in message)
 
 
 def _error_offset(exc: msgspec.DecodeError, array_start: int) -> int:
