@@ -172,8 +172,10 @@ def test_an_original_that_runs_out_of_memory_starts_the_ladder(tmp_path):
     assert rung["attempts"][0]["parity"] == "pass"
     assert result["kept"][0] == {"knob": "memory.grad_accumulation", "value": 2}
     assert result["final_steps_per_s"] > 0
+    # the ladder's rung first; the loop may keep more after it (a fused optimizer, say)
     assert result["summary"].startswith("the original ran out of memory on step 2; with "
-                                        "memory.grad_accumulation=2 it completes")
+                                        "memory.grad_accumulation=2"), result["summary"]
+    assert " it completes: " in result["summary"]
     assert (tmp_path / "fix" / "profiles" / "0-original" / "diagnosis.json").is_file()
 
 

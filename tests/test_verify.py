@@ -273,7 +273,7 @@ def test_ab_more_dataloader_workers_is_faster(tmp_path):
     assert result["knobs"]["dataloader.num_workers"]["applied"]
     arms = [t["arm"] for t in result["trials"]]
     assert arms == ["A", "B", "B", "A", "A", "B"]  # interleaved, ABBA
-    assert all(len(t["step_ms"]) == 6 for t in result["trials"])
+    assert all(len(t["step_ms"]) >= 6 for t in result["trials"])  # more: trial_min_measure_s
     # B's 2 workers keep 2 x 2 batches in flight: its measured window starts after they drain
     assert {t["arm"]: t["warmup_steps"] for t in result["trials"]} == {"A": 3, "B": 3 + 4}
     lines = (tmp_path / "ab" / "trials.jsonl").read_text().splitlines()
