@@ -167,7 +167,7 @@ class ProfilingWindow:
         if len(after) >= CHECK_STEPS:
             later = statistics.fmean(after)
             check.after_mean_ms, check.after_steps = round(later, 3), len(after)
-            check.representative = later <= profiled * (1 + th.WINDOW_DRIFT.value)
+            check.representative = th.window_holds(profiled, later)
         return check
 
     def _supersede(self) -> None:

@@ -166,6 +166,15 @@ WINDOW_DRIFT = Threshold(
     "usual overhead on the steps after the window; the ImageNet case that prompted it differed "
     "by 90 %",
 )
+
+
+def window_holds(profiled_ms: float, later_ms: float) -> bool:
+    """Whether steps timed later (unprofiled) bear a profiled window out: at most
+    ``window_drift`` slower (the profile's own check after the window, and ``fix``'s
+    cross-check against its trials)."""
+    return later_ms <= profiled_ms * (1 + WINDOW_DRIFT.value)
+
+
 WINDOW_CHECK_STEPS = Threshold(
     "window_check_steps", 5, "steps",
     "unprofiled steps timed after the window for that check (the step right after the window, "

@@ -46,7 +46,7 @@ from torchtriage.capture.runner import run_command, write_diagnosis
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.knobs import served
 from torchtriage.diagnosis.result import Diagnosis, OutOfMemory
-from torchtriage.diagnosis.thresholds import WINDOW_DRIFT
+from torchtriage.diagnosis.thresholds import WINDOW_DRIFT, window_holds
 from torchtriage.errors import TorchtriageError
 from torchtriage.fix import ladder
 from torchtriage.fix.candidates import NOT_INJECTED, machine_context, search_for
@@ -416,7 +416,7 @@ class _Loop:
             return
         last.trials_step_ms = ab.a.mean_step_ms
         drift = ab.a.mean_step_ms / last.median_step_ms - 1
-        last.window_agrees = drift <= WINDOW_DRIFT.value
+        last.window_agrees = window_holds(last.median_step_ms, ab.a.mean_step_ms)
         if last.window_agrees or self.skip:
             return
         a_trials = [t for t in ab.trials if t.arm == "A" and t.status == "ok"]

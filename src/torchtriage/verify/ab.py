@@ -176,8 +176,8 @@ def _kept(trials: list[Trial]) -> tuple[list[Trial], Trial | None]:
 
 def _next_arm(done: list[Trial], trials: int) -> str | None:
     """The next arm in ABBA order over the fresh trials (A B B A A B ..., starting with the arm
-    that has fewer trials when earlier ones are reused), skipping an arm that has ``trials``;
-    None when both have."""
+    that has fewer trials when earlier ones are reused), skipping an arm that has ``trials``
+    besides its outlier trial (which one more trial replaces); None when both have."""
     count = {arm: sum(t.arm == arm for t in done)  # an outlier trial is replaced
              - (_kept([t for t in done if t.arm == arm])[1] is not None) for arm in ("A", "B")}
     if min(count.values()) >= trials:
