@@ -50,6 +50,9 @@ CPU_ARGS = {
                 "--num-classes 100",
     "deep_mlp": "",
 }
+# On CUDA: the out-of-memory script plays a 24 GiB card (0.9 B parameters load in seconds;
+# sized to the whole H200 it has 4.3 B and each process takes over 100 s to start).
+CUDA_ARGS = {"oom_decoder": "--capacity-gib 24"}
 QUICK_ARGS = {
     "text_classifier": "--num-samples 300 --dim 32 --layers 1 --batch-size 8 --merges 30",
     "imagenet_resnet": "-b 4 -j 1 --image-size 40 --crop 32 --width 8 --num-classes 10",
@@ -65,7 +68,7 @@ QUICK_ARGS = {
 
 def command(name: str, device: str, quick: bool, fixed: bool = False) -> list[str]:
     file, _, steps_flag = SCRIPTS[name]
-    sizes = (QUICK_ARGS if quick else CPU_ARGS if device == "cpu" else {}).get(name, "")
+    sizes = (QUICK_ARGS if quick else CPU_ARGS if device == "cpu" else CUDA_ARGS).get(name, "")
     if device != "cpu":  # --simulate-capacity is the CPU stand-in for a real device
         sizes = sizes.split("--simulate-capacity")[0]
     return [sys.executable, str(HERE / file), "--device", device, steps_flag, "100000",

@@ -199,6 +199,9 @@ def test_out_of_memory_without_a_trace_reads_the_error():
     assert figures == {"requested_bytes": 512 * 2**20, "capacity_bytes": int(79.10 * 2**30),
                        "free_bytes": 300 * 2**20, "allocated_bytes": 40 * 2**30,
                        "reserved_unallocated_bytes": 30 * 2**30, "device": "cuda:3"}
+    # a process capped by set_per_process_memory_fraction had the allowed share, not the card
+    capped = message.replace("memory in use. ", "memory in use. 24.00 GiB allowed; ")
+    assert parse_oom_message(capped)["capacity_bytes"] == 24 * 2**30
     d = diagnose_out_of_memory(OutOfMemory(message=message, step=2, **figures))
     assert d.primary == "memory" and d.trace.mode == "gpu" and d.trace.events == 0
     # 30 of 70 GiB reserved sat idle: fragmentation, so expandable segments comes first

@@ -264,3 +264,39 @@ def test_a_registry_knob_is_applied_in_a_real_process(tmp_path):
     assert workers["where"] in ([f"{script}:6"], [f"{script}:7"])  # the DataLoader call
     assert knobs["memory.grad_accumulation"]["detail"] == \
         "1 micro-batch per step: batches unchanged"
+
+
+def test_accumulation_takes_the_next_count_that_divides_the_batch(monkeypatch):
+    """30 samples do not split into 4 micro-batches: 5 of 6 keep the optimizer step's batch,
+    and the optimizer then steps once per 5 calls with the gradient of the whole 30."""
+    import torch
+    from torch.optim import lr_scheduler
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from torchtriage.capture import knob_apply
+
+    for owner, name in ((DataLoader, "__init__"), (torch.optim.Optimizer, "__init__"),
+                        (torch.nn.Module, "zero_grad"), (lr_scheduler.LRScheduler, "step")):
+        monkeypatch.setattr(owner, name, getattr(owner, name))  # restored afterwards
+    run = FakeRun({"memory.grad_accumulation": 4})
+    knob_apply.apply_global(run)
+    torch.manual_seed(0)
+    x, y = torch.randn(30, 3), torch.randn(30, 1)
+    loader = DataLoader(TensorDataset(x, y), batch_size=30)
+    assert loader.batch_size == 6 and run.micro_batches == 5
+    assert any(applied and "5 micro-batches" in detail for _, applied, detail, _ in run.notes)
+    model = torch.nn.Linear(3, 1)
+    reference = torch.nn.Linear(3, 1)
+    reference.load_state_dict(model.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for calls, (xb, yb) in enumerate(loader, 1):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(xb), yb).backward()
+        opt.step()
+        assert torch.equal(model.weight, reference.weight) == (calls < 5)
+    full = torch.nn.functional.mse_loss(reference(x), y)
+    full.backward()
+    with torch.no_grad():
+        for p in reference.parameters():
+            p -= 0.1 * p.grad
+    assert torch.allclose(model.weight, reference.weight, atol=1e-6)

@@ -341,6 +341,24 @@ def test_ab_out_of_memory_candidate_is_an_oom_trial(tmp_path):
     assert oom["status"] == "oom" and "OutOfMemoryError" in oom["error"]
 
 
+def test_ab_of_an_out_of_memory_baseline_asks_whether_the_candidate_fits(tmp_path):
+    """Verifying an out-of-memory fix: A runs out of memory on step 2 in its one trial (not
+    retried), B (2 micro-batches of 8, the same 16 samples per optimizer step) completes its
+    trials with the baseline's first loss; the verdict is `fits`, exit 0. (A candidate of
+    batch 8 without accumulation fits too, but its losses part: `changes_results`.)"""
+    oom = str(SCRIPTS / "oom_loader.py")
+    proc, result = ab(tmp_path, "--trials", "2", "--steps", "4", "--knob",
+                      "memory.grad_accumulation=2", "--", "python", oom)
+    assert proc.returncode == 0, proc.stderr
+    assert result["verdict"] == "fits" and result["speedup"] is None, result["summary"]
+    assert [(t["arm"], t["status"]) for t in result["trials"]] == \
+        [("A", "oom"), ("B", "ok"), ("B", "ok")]
+    assert result["trials"][0]["losses"], "the step the baseline completed"
+    assert result["b"]["trials_ok"] == 2 and result["parity"]["status"] == "pass"
+    assert result["summary"].startswith("fits: the baseline ran out of memory in 1 of 1")
+    assert "steps/s" in result["summary"] and "fits" in proc.stdout
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--", "python", TINY, "--crash"], "the baseline failed"),
     (["--", "python", TINY, "--steps", "3"], "a trial needs 3 warm-up"),

@@ -3,7 +3,10 @@
 Step 1's forward and backward fit; then Adam allocates its two moment buffers (2x the
 parameters) in ``optimizer.step()``, and step 2's activations on top of parameters, gradients
 and optimizer state exceed the device. On CUDA the model and batch are sized from
-``torch.cuda.get_device_properties(0).total_memory`` so that this happens on any card. On CPU,
+``torch.cuda.get_device_properties(0).total_memory`` so that this happens on any card;
+``--capacity-gib N`` stands in for a smaller card (the process is capped at N GiB with
+``torch.cuda.set_per_process_memory_fraction`` and sized to it), so that a 141 GiB H200 can
+play a 24 GiB card with a model that loads in seconds. On CPU,
 ``--simulate-capacity BYTES`` stands in for a device: a counter of parameter, gradient,
 optimizer-state and saved-activation bytes (the tensors autograd keeps for backward, seen
 through ``saved_tensors_hooks``) raises ``torch.OutOfMemoryError`` when it passes the capacity.
@@ -143,6 +146,8 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--log-interval", type=int, default=10)
+    p.add_argument("--capacity-gib", type=float, default=None,
+                   help="CUDA: cap this process at N GiB and size the model to it")
     p.add_argument("--simulate-capacity", type=int, default=None, metavar="BYTES",
                    help="CPU: raise OutOfMemoryError when the counted bytes exceed BYTES")
     p.add_argument("--fixed", action="store_true",
@@ -154,6 +159,11 @@ def main() -> None:
     dim, layers, batch = args.dim or 256, args.layers or 4, args.batch_size or 32
     if device.type == "cuda" and args.dim is None:
         total = torch.cuda.get_device_properties(device).total_memory
+        if args.capacity_gib:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            torch.cuda.set_per_process_memory_fraction(min(1.0, args.capacity_gib * 2**30 / total),
+                                                       index)
+            total = int(args.capacity_gib * 2**30)
         dim, layers, batch = cuda_sizes(total, args.seq_len, args.vocab)
         batch = args.batch_size or batch
     accumulate = 4 if args.fixed else 1

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from torchtriage.capture import gather
 from torchtriage.capture.knob_host import KnobHost
-from torchtriage.capture.oom import MemoryWatch
+from torchtriage.capture.oom import MemoryWatch, capped_capacity
 from torchtriage.capture.profiling import ProfilingWindow
 from torchtriage.capture.record import record_fields
 from torchtriage.capture.session import is_out_of_memory
@@ -209,8 +209,9 @@ class AutoRun:
         extra["exit_exception"] = f"{type(exc).__name__}: {exc}" if failed else None
         oom = failed and is_out_of_memory(exc)
         extra["out_of_memory"] = self.memory.report(exc) if oom else None
-        device_memory = self.config.device_memory
+        device_memory = self.config.device_memory or capped_capacity(sys.modules.get("torch"))
         if session is not None:
+            session.device_memory = session.device_memory or device_memory
             session.extra_record.update(extra)
             try:
                 session.__exit__(type(exc) if exc else None, exc, None)

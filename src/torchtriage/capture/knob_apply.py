@@ -61,7 +61,7 @@ def _install_backend(run, torch) -> None:
 
 
 def _install_micro_batches(run, torch) -> None:
-    _patch_accumulation(run, torch, run.knobs["memory.grad_accumulation"])
+    _patch_accumulation(run, torch)
 
 
 def _library_dirs() -> tuple[str, ...]:
@@ -130,26 +130,29 @@ def _split_batches(run: KnobHost, bound: dict[str, Any], where: str | None) -> N
         run.note("memory.grad_accumulation", False, f"DataLoader at {where} batches with "
                  f"{how}: its batches cannot be split")
         return
-    if size % k:
+    # A batch size K does not divide takes the next count that does, up to 2K (30 samples
+    # in 4 micro-batches become 5 of 6): the same samples per optimizer step either way.
+    split = next((n for n in range(k, 2 * k + 1) if size % n == 0), None)
+    if split is None:
         run.note("memory.grad_accumulation", False, f"DataLoader at {where} has batch_size="
-                 f"{size}, not divisible into {k} micro-batches")
+                 f"{size}, not divisible into {k} to {2 * k} micro-batches")
         return
-    bound["batch_size"] = size // k
-    run.micro_batches = k
+    bound["batch_size"] = size // split
+    run.micro_batches = split
     run.note("memory.grad_accumulation", True, f"DataLoader at {where}: batch_size {size} -> "
-             f"{size // k}, {k} micro-batches per optimizer step", where)
+             f"{size // split}, {split} micro-batches per optimizer step", where)
 
 
-def _patch_accumulation(run: KnobHost, torch, k: int) -> None:
+def _patch_accumulation(run: KnobHost, torch) -> None:
     """Gradient accumulation without touching the script: once a DataLoader's batches were
-    split (``run.micro_batches > 1``), each optimizer's ``step`` runs on every K-th call (the
+    split (``run.micro_batches`` = K > 1), each optimizer's ``step`` runs on every K-th call (the
     gradients summed over K micro-batches are divided by K first, so the update equals the
     full batch's), ``zero_grad`` and LR-scheduler steps only at the start of a cycle, and DDP
     all-reduces only in the last micro-batch's backward."""
     calls: dict[int, int] = {}  # optimizer id -> step() calls so far
 
     def at_cycle_start() -> bool:
-        return all(n % k == 0 for n in calls.values())
+        return all(n % run.micro_batches == 0 for n in calls.values())
 
     original_init = torch.optim.Optimizer.__init__
 
@@ -162,17 +165,17 @@ def _patch_accumulation(run: KnobHost, torch, k: int) -> None:
             if run.micro_batches <= 1:
                 return step(*a, **kw)
             calls[id(opt)] += 1
-            if calls[id(opt)] % k:
+            if calls[id(opt)] % run.micro_batches:
                 return None  # not the last micro-batch: keep accumulating
             with torch.no_grad():
                 for group in opt.param_groups:
                     for p in group["params"]:
                         if p.grad is not None:
-                            p.grad.div_(k)
+                            p.grad.div_(run.micro_batches)
             return step(*a, **kw)
 
         def accumulating_zero_grad(opt, *a: Any, **kw: Any) -> Any:
-            if run.micro_batches <= 1 or calls[id(opt)] % k == 0:
+            if run.micro_batches <= 1 or calls[id(opt)] % run.micro_batches == 0:
                 return zero_grad(*a, **kw)
             return None
 
@@ -197,12 +200,13 @@ def _patch_accumulation(run: KnobHost, torch, k: int) -> None:
 
     def step(self, *args: Any, **kwargs: Any) -> Any:
         optimizer = getattr(self, "optimizer", None)
-        if run.micro_batches > 1 and calls.get(id(optimizer), 0) % k:
+        if run.micro_batches > 1 and calls.get(id(optimizer), 0) % run.micro_batches:
             return None  # its optimizer did not step this call
         return scheduler_step(self, *args, **kwargs)
 
     lr_scheduler.LRScheduler.step = step
-    run.sync_this_backward = lambda: all(n % k == k - 1 for n in calls.values())
+    run.sync_this_backward = lambda: all(n % run.micro_batches == run.micro_batches - 1
+                                         for n in calls.values())
 
 
 def value_needs_cuda(torch, value: Any) -> bool:

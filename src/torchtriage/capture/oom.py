@@ -46,7 +46,7 @@ def out_of_memory_report(exc: BaseException, completed_steps: int,
         try:
             device = torch.cuda.current_device()
             figures.setdefault("device", f"cuda:{device}")
-            figures.setdefault("capacity_bytes",
+            figures.setdefault("capacity_bytes", capped_capacity(torch) or
                                int(torch.cuda.get_device_properties(device).total_memory))
             allocated = int(torch.cuda.memory_allocated(device))
             figures.setdefault("allocated_bytes", allocated)
@@ -57,3 +57,21 @@ def out_of_memory_report(exc: BaseException, completed_steps: int,
     return OutOfMemory(message=f"{type(exc).__name__}: {text}"[:MESSAGE_CHARS],
                        step=completed_steps + 1,
                        peak_allocated_bytes_by_step=list(peaks or []), **figures)
+
+
+def capped_capacity(torch) -> int | None:
+    """The bytes this process may use on its current CUDA device when the script capped it
+    (``torch.cuda.set_per_process_memory_fraction``), else None: memory pressure is judged
+    against that share, not the whole card."""
+    if torch is None:
+        return None
+    fraction_of = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if fraction_of is None or not torch.cuda.is_initialized():
+        return None
+    try:
+        device = torch.cuda.current_device()
+        fraction = float(fraction_of(device))
+        total = int(torch.cuda.get_device_properties(device).total_memory)
+    except Exception:  # a device in a bad state: the trace's figure will do
+        return None
+    return int(total * fraction) if 0 < fraction < 1 else None

@@ -7,6 +7,10 @@ PyTorch's CUDA caching allocator writes them in one sentence, e.g.::
     in use. Of the allocated memory 65.30 GiB is allocated by PyTorch, and 11.90 GiB is
     reserved by PyTorch but unallocated. ...
 
+When the process's share of the card is capped (``torch.cuda.set_per_process_memory_fraction``)
+the sentence also says ``N GiB allowed;``: that cap is the capacity this job had, so it is
+read as ``capacity_bytes`` instead of the card's total.
+
 Each figure is matched on its own (older releases word the sentence differently and some
 omit parts); a figure that is not there stays None.
 """
@@ -25,6 +29,7 @@ _FIGURES = {
     "reserved_unallocated_bytes": re.compile(_SIZE + r" is reserved by PyTorch but "
                                              r"unallocated", re.I),
 }
+_ALLOWED = re.compile(_SIZE + r" allowed;", re.I)
 _GPU = re.compile(r"GPU (\d+)")
 
 
@@ -35,6 +40,9 @@ def parse_oom_message(text: str) -> dict[str, int | str]:
         found = pattern.search(text)
         if found:
             out[name] = int(float(found.group(1)) * _UNITS[found.group(2).lower()])
+    allowed = _ALLOWED.search(text)
+    if allowed:
+        out["capacity_bytes"] = int(float(allowed.group(1)) * _UNITS[allowed.group(2).lower()])
     gpu = _GPU.search(text)
     if gpu and "cuda" in text.lower():
         out["device"] = f"cuda:{gpu.group(1)}"

@@ -19,8 +19,8 @@ def _interval(speedup: float | None, low: float | None, high: float | None) -> s
 
 
 def _verdict(title: str, verdict: str | None, summary: str) -> str:
-    colour = {"faster": "#067647", "slower": "#b42318", "changes_results": "#b42318",
-              "failed": "#b42318"}.get(verdict or "", "#344054")
+    colour = {"faster": "#067647", "fits": "#067647", "slower": "#b42318",
+              "changes_results": "#b42318", "failed": "#b42318"}.get(verdict or "", "#344054")
     return (f'<section id="verdict"><div class="verdict">{esc(title)}: <span style="color:'
             f'{colour}">{esc(verdict or "-")}</span></div><p>{esc(summary)}</p></section>')
 

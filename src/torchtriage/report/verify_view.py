@@ -15,7 +15,7 @@ from torchtriage.results.ab import ABResult
 from torchtriage.results.compare import Comparison
 
 _VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "no_change": "bold yellow",
-                  "changes_results": "bold red", "failed": "bold red"}
+                  "changes_results": "bold red", "fits": "bold green", "failed": "bold red"}
 
 
 def comparison_renderable(c: Comparison) -> RenderableType:

@@ -13,7 +13,8 @@ from torchtriage.version import __version__
 
 __all__ = ["ABResult", "Arm", "KnobOutcome", "Parity", "Startup", "Trial"]
 SCHEMA = "torchtriage.ab/1"
-ABVerdict = Literal["faster", "slower", "no_change", "changes_results", "failed"]
+# "fits": the baseline ran out of memory in every trial and the candidate completes
+ABVerdict = Literal["faster", "slower", "no_change", "changes_results", "fits", "failed"]
 SpeedVerdict = Literal["faster", "slower", "no_change"]
 TrialStatus = Literal["ok", "failed", "timeout", "oom", "too_few_steps"]
 ParityStatus = Literal["pass", "fail", "unchecked"]

@@ -110,7 +110,7 @@ def run_ab(
     total = 2 * trials - len(done)
     with interrupt.forwarding(defer=True):
         try:
-            while (arm := _next_arm(done, trials)) is not None:
+            while (arm := _next_arm(done, trials, skip=set(stopped))) is not None:
                 label = _label(arm, {k: v for k, v in knobs.items() if base.get(k) != v},
                                candidate)
                 fresh += 1
@@ -128,7 +128,9 @@ def run_ab(
                 if trial.status != "ok" and all(t.status != "ok" for t in done
                                                 if t.arm == arm):
                     stopped[arm] = trial.error or trial.status  # it would fail again
-                    break
+                    if not (arm == "A" and trial.status == "oom"):
+                        break
+                    # a baseline out of memory: the question is whether the candidate fits
                 if (adaptive and fresh % 2 == 0 and fresh >= min_fresh
                         and _decided(done, knobs, settings.min_effect, settings.confidence)):
                     break
@@ -149,7 +151,7 @@ def run_ab(
     if store:
         store.finish_run(store_id, "failed" if result.verdict == "failed" else "done",
                          result.headline(), msgspec.to_builtins(result))
-    if "A" in stopped:
+    if "A" in stopped and result.verdict not in ("fits", "changes_results"):
         raise TorchtriageError(f"the baseline failed, so nothing was compared: {stopped['A']} "
                                f"(trial logs in {out / 'trials'})", )
     return result
@@ -174,11 +176,12 @@ def _kept(trials: list[Trial]) -> tuple[list[Trial], Trial | None]:
     return ([t for k, t in enumerate(ok) if k != i], ok[i] if i is not None else None)
 
 
-def _next_arm(done: list[Trial], trials: int) -> str | None:
+def _next_arm(done: list[Trial], trials: int, skip: set[str] = frozenset()) -> str | None:
     """The next arm in ABBA order over the fresh trials (A B B A A B ..., starting with the arm
     that has fewer trials when earlier ones are reused), skipping an arm that has ``trials``
-    besides its outlier trial (which one more trial replaces); None when both have."""
-    count = {arm: sum(t.arm == arm for t in done)  # an outlier trial is replaced
+    besides its outlier trial (which one more trial replaces) or is in ``skip`` (it stopped);
+    None when both have."""
+    count = {arm: trials if arm in skip else sum(t.arm == arm for t in done)
              - (_kept([t for t in done if t.arm == arm])[1] is not None) for arm in ("A", "B")}
     if min(count.values()) >= trials:
         return None
@@ -249,7 +252,8 @@ def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], ou
         result.returncode = base["returncode"] = 0
     exits = [r.exit_exception or "" for r in records]
     if result.oom:  # set by the bootstrap's is_out_of_memory()
-        return Trial(status="oom", error=next(e for e in exits if e), **base)
+        losses = (result.rank0() or records[0]).loss_values if records else []
+        return Trial(status="oom", error=next(e for e in exits if e), losses=losses, **base)
     if result.returncode != 0:
         return Trial(status="failed", error=_failure(result.returncode, exits, trial_dir),
                      **base)
@@ -323,6 +327,9 @@ def _result(done: list[Trial], arms, knobs: dict[str, Any], settings: TrialSetti
                   a=a, b=b, knobs=outcomes, trials_per_arm=settings.trials,
                   warmup=settings.warmup, steps=settings.steps, trials=done, out=str(out),
                   outlier_trials=[f"{t.arm}{t.idx}" for t in done if t.outlier])
+    a_oom = [t for t in a_trials if t.status == "oom"]
+    if not a_ok and b_ok and a_oom and len(a_oom) == len(a_trials):
+        return _fits(a_oom, b_ok, knobs, common)
     if not a_ok or not b_ok:
         failed = b_trials if a_ok else a_trials
         why = next((t.error for t in failed if t.error), "no trial ran")
@@ -342,6 +349,32 @@ def _result(done: list[Trial], arms, knobs: dict[str, Any], settings: TrialSetti
                       ci_high=round(s.ci_high, 4), startup=startup, **common)
     result.summary = _summary(result)
     return result
+
+
+def _fits(a_oom: list[Trial], b_ok: list[Trial], knobs: dict[str, Any],
+          common: dict[str, Any]) -> ABResult:
+    """The baseline ran out of memory in every trial and the candidate completes: the verdict
+    is ``fits`` (``changes_results`` when the candidate's losses part from the steps the
+    baseline completed before its error); no speed-up, there is nothing to divide by."""
+    parity = check_parity([t.losses for t in a_oom], [t.losses for t in b_ok], knobs)
+    if not any(t.losses for t in a_oom):
+        parity.detail = "the baseline recorded no loss before running out of memory"
+    b = common["b"]
+    steps = max((len(t.losses) for t in a_oom), default=0)
+    before = (f"the baseline ran out of memory in {len(a_oom)} of {len(a_oom)} trial(s)"
+              + (f" after {steps} step(s)" if steps else ""))
+    after = (f"the candidate completes {b.trials_ok} trial(s): mean step {b.mean_step_ms:.1f} "
+             f"ms, {b.steps_per_s:.2f} steps/s")
+    if parity.status == "fail":
+        verdict_ = "changes_results"
+        summary = (f"changes results: {after}, but its losses deviate "
+                   f"{parity.max_deviation:.2g} from the baseline's first steps (tolerance "
+                   f"{parity.tolerance:.2g}); {before}.")
+    else:
+        verdict_ = "fits"
+        summary = f"fits: {before}; {after}."
+    return ABResult(summary=summary, verdict=verdict_, speed_verdict=None, speedup=None,
+                    ci_low=None, ci_high=None, startup=None, **{**common, "parity": parity})
 
 
 def _startup(a: Arm, b: Arm, b_ok: list[Trial], a_ms: float, b_ms: float) -> Startup | None:
