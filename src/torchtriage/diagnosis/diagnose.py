@@ -1,7 +1,8 @@
 """``diagnose(trace)``: the whole classify-then-prescribe pass over one trace.
 
-Reading order: analyse (steps, breakdown, ops, memory, shapes) -> layer times -> memory rule ->
-primary layer -> per-layer rules -> confidence -> prescriptions in order -> the document.
+Reading order: analyse (steps, breakdown, ops, memory, shapes) -> layer times -> every rule of
+``rules.RULES`` -> primary layer (memory's rule may claim it) -> confidence -> prescriptions in
+order -> the document.
 """
 
 from __future__ import annotations
@@ -66,31 +67,16 @@ def diagnose(
         windows: ``torchtriage run``'s checks of its profiled windows, the last one this
             trace's: a window that was not steady state is said so and lowers the confidence.
     """
-    steps = find_steps(trace)
-    breakdown = step_breakdown(trace, steps)
-    nesting = op_nesting(trace)
-    gpu = trace.has_device_activity
-    small = 0.0 if gpu else rules.small_op_time(trace, steps, nesting)
-    facts = rules.Facts(
-        trace=trace, steps=steps, breakdown=breakdown, nesting=nesting,
-        layer_us=_layer_times(breakdown, gpu, small), small_op_us=small,
-        memory=_memory_with_capacity(trace, device_memory), oom=oom,
-        out_of_memory=out_of_memory,
-        device=_device_evidence(trace, steps) if gpu else None,
-        machine=_machine(machine),
-        collectives=collective_table(trace, steps),
-    )
-
-    memory_fired, memory_verdict = rules.memory_rule(facts)
+    facts = build_facts(trace, device_memory=device_memory, oom=oom, machine=machine,
+                        out_of_memory=out_of_memory)
+    steps, breakdown, nesting, gpu = facts.steps, facts.breakdown, facts.nesting, facts.gpu
+    verdicts = {layer: rules.Verdict() for layer in LAYERS}
+    for rule in rules.RULES:
+        verdicts[rule.layer].merge(rule.judge(facts))
+    memory_verdict = verdicts["memory"]
     ranked = sorted(TIME_LAYERS, key=lambda layer: -facts.share(layer))
-    primary, runner_up = ("memory", None) if memory_fired else _time_primary(facts)
-    verdicts = {
-        "memory": memory_verdict,
-        "data_loading": rules.data_loading_rule(facts),
-        "host": rules.host_rule(facts),
-        "kernel": rules.kernel_rule(facts, primary == "kernel"),
-        "communication": rules.communication_rule(facts),
-    }
+    primary, runner_up = (("memory", None) if memory_verdict.decides_primary
+                          else _time_primary(facts))
     missing = _missing(trace, steps)
     confidence, margin_evidence = _confidence(facts, primary, runner_up, memory_verdict)
     if any(m.startswith(_ACCELERATOR_WITHOUT_KERNELS) for m in missing):
@@ -161,6 +147,26 @@ def diagnose(
         out_of_memory=out_of_memory,
         window=window,
         superseded_windows=list(windows[:-1]) if windows else [],
+    )
+
+
+def build_facts(trace: Trace, *, device_memory: int | None = None, oom: bool = False,
+                machine: dict | None = None,
+                out_of_memory: r.OutOfMemory | None = None) -> rules.Facts:
+    """Every analysis the rules read, computed once (arguments as :func:`diagnose`'s)."""
+    steps = find_steps(trace)
+    breakdown = step_breakdown(trace, steps)
+    nesting = op_nesting(trace)
+    gpu = trace.has_device_activity
+    small = 0.0 if gpu else rules.small_op_time(trace, steps, nesting)
+    return rules.Facts(
+        trace=trace, steps=steps, breakdown=breakdown, nesting=nesting,
+        layer_us=_layer_times(breakdown, gpu, small), small_op_us=small,
+        memory=_memory_with_capacity(trace, device_memory), oom=oom,
+        out_of_memory=out_of_memory,
+        device=_device_evidence(trace, steps) if gpu else None,
+        machine=_machine(machine),
+        collectives=collective_table(trace, steps),
     )
 
 
