@@ -93,6 +93,9 @@ def test_rules_return_only_what_they_declare(tmp_path, name):
         for rule in rules.RULES:
             verdict = rule.judge(facts)
             returned = {remedy.id for remedy, _ in verdict.remedies}
+            returned |= {remedy.id for remedy, _, _ in verdict.withheld}
+            for _, why, gates in verdict.withheld:  # every gate carries its threshold
+                assert why and all(e.threshold is not None and e.source for e in gates)
             assert returned <= set(rule.prescribes), (type(rule).__name__, returned)
             assert all(reason for _, reason in verdict.remedies)
             sources = {t.source for t in rule.thresholds}

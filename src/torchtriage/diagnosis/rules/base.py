@@ -64,6 +64,9 @@ class Facts(msgspec.Struct):
     machine: MachineInfo | None = None  # torchtriage run only
     collectives: list[CollectiveStats] = msgspec.field(default_factory=list)
     out_of_memory: OutOfMemory | None = None  # what the error said, when the run ran out
+    # share of op time in float64 (CPU: op self time with a double input; GPU: kernel time of
+    # double-precision kernels); None when the trace does not tell (analysis/dtypes.py)
+    float64_share: float | None = None
 
     @property
     def gpu(self) -> bool:
@@ -82,12 +85,15 @@ class Facts(msgspec.Struct):
 
 class Verdict(msgspec.Struct):
     """What one rule says: the evidence it looked at, the findings it raises, the catalog
-    remedies that apply (each with why), and, for a rule that judges by capacity rather than
+    remedies that apply (each with why), those its gates held back (with the gate's evidence),
+    and, for a rule that judges by capacity rather than
     by time (memory), whether it takes the primary verdict."""
 
     evidence: list[Evidence] = msgspec.field(default_factory=list)
     findings: list[Finding] = msgspec.field(default_factory=list)
     remedies: list[tuple[Remedy, str]] = msgspec.field(default_factory=list)
+    # remedies a gate held back: (remedy, why, the gate's evidence with its threshold)
+    withheld: list[tuple[Remedy, str, list[Evidence]]] = msgspec.field(default_factory=list)
     decides_primary: bool = False
 
     def merge(self, other: Verdict) -> None:
@@ -95,6 +101,7 @@ class Verdict(msgspec.Struct):
         self.evidence.extend(other.evidence)
         self.findings.extend(other.findings)
         self.remedies.extend(other.remedies)
+        self.withheld.extend(other.withheld)
         self.decides_primary = self.decides_primary or other.decides_primary
 
 

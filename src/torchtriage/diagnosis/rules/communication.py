@@ -31,14 +31,16 @@ class CommunicationRule:
     Evidence: how much of the collectives' busy time is hidden, calls and bus bandwidth of the
     top collectives. Findings: large NCCL collectives (>= 16 MB per call) below
     ``slow_link_busbw`` point at the link; reduce-scatter traffic means a sharded model. At
-    ``communication_significant`` of step time: DDP bucket size, accumulation with no_sync,
-    gradient compression, static graph.
+    ``communication_significant`` of step time: DDP bucket size (only when the gradients span
+    ``ddp_buckets_per_step`` all-reduce calls per step or more: with one bucket a larger cap
+    merges nothing; withheld otherwise), accumulation with no_sync, gradient compression,
+    static graph.
     """
 
     layer: Layer = "communication"
     prescribes = ("ddp.bucket_cap", "ddp.grad_accumulation", "ddp.comm_hook",
                   "ddp.static_graph")
-    thresholds = (th.COMMUNICATION_SIGNIFICANT, th.SLOW_LINK_BUSBW)
+    thresholds = (th.COMMUNICATION_SIGNIFICANT, th.SLOW_LINK_BUSBW, th.DDP_BUCKETS_PER_STEP)
 
     def judge(self, f: Facts) -> Verdict:
         return _communication(f)
@@ -85,8 +87,32 @@ def _communication(f: Facts) -> Verdict:
     v.findings.append(Finding(
         id="communication.exposed", severity="warning", layer="communication",
         message=f"{share:.0%} of step time waits on collectives not hidden behind compute."))
-    v.remedies.append((BY_ID["ddp.bucket_cap"], "fewer, larger all-reduce buckets"))
+    buckets = _bucket_evidence(f)
+    if buckets is not None and buckets.fired:
+        v.remedies.append((BY_ID["ddp.bucket_cap"],
+                           f"{buckets.value:g} all-reduce buckets per step: fewer, larger ones"))
+    else:
+        why = ("no all-reduce in the analysed steps" if buckets is None else
+               f"{buckets.value:g} all-reduce per step: the gradients already fit one bucket")
+        v.withheld.append((BY_ID["ddp.bucket_cap"], why, [buckets] if buckets else []))
     v.remedies.append((BY_ID["ddp.grad_accumulation"], "all-reduce once every k micro-batches"))
     v.remedies.append((BY_ID["ddp.comm_hook"], "halve the bytes each all-reduce moves"))
     v.remedies.append((BY_ID["ddp.static_graph"], "better overlap with backward"))
     return v
+
+
+def _bucket_evidence(f: Facts) -> Evidence | None:
+    """All-reduce calls per analysed step (one per DDP bucket) against
+    ``ddp_buckets_per_step``, with the bytes they move per step (None without an all-reduce)."""
+    rows = [c for c in f.collectives if "allreduce" in c.op.lower().replace("_", "")]
+    if not rows:
+        return None
+    per_step = round(sum(c.per_step for c in rows), 2)
+    moved = [c.per_step * c.bytes_per_call for c in rows if c.bytes_per_call is not None]
+    unit = "all-reduce calls per step"
+    if len(moved) == len(rows):
+        unit += f" ({sum(moved) / 1e6:,.1f} MB of gradients per step)"
+    t = th.DDP_BUCKETS_PER_STEP
+    return Evidence(metric="allreduce_buckets_per_step", value=per_step, unit=unit,
+                    threshold=t.value, comparison=">=", fired=per_step >= t.value,
+                    source=t.source)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torchtriage.analysis.categories import is_dataloader
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID, Remedy
-from torchtriage.diagnosis.result import Evidence, Finding
+from torchtriage.diagnosis.result import Evidence, Finding, MachineInfo
 from torchtriage.diagnosis.rules.base import Facts, Verdict, share_evidence
 from torchtriage.diagnosis.vocabulary import Layer
 
@@ -14,8 +14,9 @@ class DataLoadingRule:
     """DataLoader four-piece when the loader is exposed; pinned, async copies when the copy is.
 
     At ``data_loading_significant`` of step time: loader fixes (workers, prefetch, persistent
-    workers) when the trace has a DataLoader and the CPU is not saturated
-    (``cpu_saturated``); pinned memory and non-blocking copies when host-to-device input
+    workers) when the trace has a DataLoader, withheld when the job's own processes (not the
+    machine: other processes do not count) already use ``cpu_saturated`` of the cores the job
+    may use; pinned memory and non-blocking copies when host-to-device input
     copies are pageable or followed by a sync. When exposed copies outweigh exposed loading,
     the copy fixes come first.
     """
@@ -73,18 +74,17 @@ def _data_loading(f: Facts) -> Verdict:
             message=f"{h2d_share:.0%} of step time is an input copy that is already pinned "
                     "and asynchronous but nothing overlaps it: copy the next batch on a side "
                     "stream while this one computes (prefetch)."))
-    saturated = f.machine is not None and f.machine.cpu_busy_mean >= th.CPU_SATURATED.value
-    if f.machine is not None:
-        v.evidence.append(share_evidence("cpu_busy_mean", f.machine.cpu_busy_mean,
-                                         th.CPU_SATURATED))
-    if saturated:
-        v.findings.append(Finding(
-            id="data_loading.cpu_saturated", severity="warning", layer="data_loading",
-            message=f"Every core is already busy ({f.machine.cpu_busy_mean:.0%} on "
-                    f"{f.machine.cores} cores): more DataLoader workers will not help; make "
-                    "preprocessing cheaper (decode, resize, augment on the GPU) or add cores."))
+    job = job_cpu_evidence(f.machine)
+    saturated = job is not None and bool(job.fired)
+    if job is not None:
+        v.evidence.append(job)
+    if f.machine is not None and f.machine.samples:
+        v.evidence.append(Evidence(metric="machine_cpu_busy_mean",
+                                   value=f.machine.cpu_busy_mean,
+                                   unit="busy fraction of all the machine's cores, other "
+                                        "processes included (not what saturation is judged by)"))
     loader_fixes: list[tuple[Remedy, str]] = []
-    if has_loader and not saturated:
+    if has_loader:
         loader_fixes.append((BY_ID["dataloader.num_workers"],
                              "loading runs in the training process (num_workers=0)" if single
                              else "the workers do not keep up with the training loop" if multi
@@ -94,6 +94,32 @@ def _data_loading(f: Facts) -> Verdict:
                              "workers are sometimes late"))
         loader_fixes.append((BY_ID["dataloader.persistent_workers"],
                              "avoids re-spawning workers every epoch"))
+    if saturated:
+        m = f.machine
+        used = f"{m.job_cpu_cores_mean:.2f} of the {_cores(m):g} cores it may use"
+        v.findings.append(Finding(
+            id="data_loading.cpu_saturated", severity="warning", layer="data_loading",
+            message=f"The job's own processes already use {used} ({job.value:.0%}): more "
+                    "DataLoader workers will not help; make preprocessing cheaper (decode, "
+                    "resize, augment on the GPU) or add cores.", evidence=[job]))
+        for remedy, _ in loader_fixes:
+            v.withheld.append((remedy, f"the job's processes already use {used}", [job]))
+        loader_fixes = []
     copy_first = h2d_share > f.breakdown.share("data_loading")
     v.remedies.extend(copy_fixes + loader_fixes if copy_first else loader_fixes + copy_fixes)
     return v
+
+
+def _cores(m: MachineInfo) -> float:
+    return m.cores_available or m.cores
+
+
+def job_cpu_evidence(m: MachineInfo | None) -> Evidence | None:
+    """The job's own CPU use over the cores it may use, held against ``cpu_saturated`` (None
+    when the run did not record the job's processes)."""
+    if m is None or not m.samples or m.job_cpu_cores_mean is None or _cores(m) <= 0:
+        return None
+    ev = share_evidence("job_cpu_busy", m.job_cpu_cores_mean / _cores(m), th.CPU_SATURATED)
+    ev.unit = (f"of the {_cores(m):g} cores the job may use "
+               f"({m.cores_available_source or 'all cores'}), by its own processes")
+    return ev

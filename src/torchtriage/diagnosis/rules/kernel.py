@@ -10,7 +10,7 @@ from torchtriage.analysis.intervals import unique
 from torchtriage.analysis.kernels import KERNEL_CLASSES
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID
-from torchtriage.diagnosis.result import Evidence, Finding
+from torchtriage.diagnosis.result import Evidence, Finding, MachineInfo
 from torchtriage.diagnosis.rules.base import Facts, Verdict, share_evidence
 from torchtriage.diagnosis.vocabulary import Layer
 
@@ -25,14 +25,15 @@ class KernelRule:
     takes a layer's remedies only when it is primary or reaches its significance): TF32 on
     Ampere+ when fp32 dominates or is unknown, bf16 autocast unless matrix kernels already run
     16-bit on tensor cores, then torch.compile (default, then max-autotune), then a custom
-    kernel.
+    kernel. bf16 autocast is withheld for float64 work (``float64_share``) and, on a CPU,
+    without native bf16 instructions (``cpu_fast_bf16``).
     """
 
     layer: Layer = "kernel"
     prescribes = ("matmul.tf32", "amp.bf16", "compile.default", "compile.max_autotune",
                   "kernel.custom")
     thresholds = (th.KERNEL_SIGNIFICANT, th.FP32_MATMUL_SHARE, th.ELEMENTWISE_SHARE,
-                  th.UNFUSED_CHAIN)
+                  th.UNFUSED_CHAIN, th.FLOAT64_SHARE, th.CPU_FAST_BF16)
 
     def judge(self, f: Facts) -> Verdict:
         return _kernel(f)
@@ -81,8 +82,7 @@ def _kernel(f: Facts) -> Verdict:
                         + (f", {chain:.0f} per matrix kernel" if chain is not None else "")
                         + "): fusing the chains would cut memory traffic."))
     if not f.gpu:
-        v.remedies.append((BY_ID["amp.bf16"],
-                           "CPU compute dominates; gains need a CPU with AVX512-BF16/AMX"))
+        v.remedies.append((BY_ID["amp.bf16"], "CPU compute dominates"))
         v.remedies.append((BY_ID["compile.default"], "fuses elementwise work between the big ops"))
     else:
         precision_known = fp32_share is not None
@@ -104,7 +104,56 @@ def _kernel(f: Facts) -> Verdict:
                            if unfused else "fuses elementwise work between the big ops"))
     v.remedies.append((BY_ID["compile.max_autotune"], "after compile.default, if GEMMs dominate"))
     v.remedies.append((BY_ID["kernel.custom"], "only for an op that dominates the top-ops table"))
+    _gate_bf16(f, v)
     return v
+
+
+def _gate_bf16(f: Facts, v: Verdict) -> None:
+    """bf16 autocast only where it can pay: not for float64 work (``float64_share``: autocast
+    leaves float64 tensors alone) and, on a CPU, only with native bf16 instructions
+    (``cpu_fast_bf16``, from the CPU flags the run recorded; unknown counts as none). Each
+    gate's evidence goes into the layer's; a closed gate moves the remedy to ``withheld``."""
+    found = [(remedy, why) for remedy, why in v.remedies if remedy.id == "amp.bf16"]
+    if not found:
+        return
+    closed: list[tuple[str, Evidence]] = []
+    if f.float64_share is not None:
+        ev = share_evidence("float64_share", f.float64_share, th.FLOAT64_SHARE)
+        ev.unit = ("share of CPU op self time with a float64 input" if not f.gpu else
+                   "share of kernel time in double-precision kernels")
+        v.evidence.append(ev)
+        if ev.fired:
+            closed.append((f"{f.float64_share:.0%} of the op time is float64, which autocast "
+                           "leaves in float64", ev))
+    if not f.gpu:
+        ev = cpu_bf16_evidence(f.machine)
+        v.evidence.append(ev)
+        flags = f.machine.cpu_bf16 if f.machine is not None else None
+        if not ev.fired:
+            capability = f.machine.cpu_capability if f.machine is not None else None
+            closed.append(("the CPU's bf16 support was not recorded (`torchtriage run` reads its "
+                           "flags)" if flags is None else
+                           f"this CPU has no native bf16 ({capability or 'no AMX/AVX512-BF16'}"
+                           "): bf16 is converted in software, slower than fp32", ev))
+        elif not closed:
+            v.remedies = [(r, f"CPU compute dominates and the CPU has {', '.join(flags)}")
+                          if r.id == "amp.bf16" else (r, why) for r, why in v.remedies]
+    if closed:
+        v.remedies = [(r, why) for r, why in v.remedies if r.id != "amp.bf16"]
+        v.withheld.append((found[0][0], "; ".join(why for why, _ in closed),
+                           [ev for _, ev in closed]))
+
+
+def cpu_bf16_evidence(m: MachineInfo | None) -> Evidence:
+    """The CPU's native bf16 instruction sets, held against ``cpu_fast_bf16``."""
+    t = th.CPU_FAST_BF16
+    flags = m.cpu_bf16 if m is not None else None
+    return Evidence(metric="cpu_fast_bf16", value=len(flags or ()),
+                    unit="native bf16 instruction sets: " + (", ".join(flags) if flags else
+                                                             "none" if flags is not None else
+                                                             "not recorded"),
+                    threshold=t.value, comparison=">=", fired=len(flags or ()) >= t.value,
+                    source=t.source)
 
 
 def _pointwise_per_matrix_kernel(f: Facts) -> float | None:
