@@ -199,6 +199,47 @@ def test_dynamic_shapes_are_reported(tmp_path):
     assert d.dynamic_shapes[0].distinct_signatures == 3
 
 
+def _logging_loop(tmp_path, batch_of_step):
+    """A Trainer-like loop under torchtriage.profile (the real profiler, record_shapes): the
+    loss is a mean over the batch; every fifth step logs the running loss (a mean of a 0-d
+    tensor, .item(), a reset), as the Hugging Face Trainer does every logging_steps."""
+    import torch
+
+    import torchtriage
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    tr_loss = torch.zeros(())
+    with torchtriage.profile(tmp_path / f"run{batch_of_step(3)}", wait=0, warmup=1,
+                             active=6) as prof:
+        for step in range(8):
+            n = batch_of_step(step)
+            x, y = torch.randn(n, 16), torch.randn(n, 1)
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            tr_loss = tr_loss + loss.detach()
+            if step % 5 == 4:  # logging_steps=5
+                logged = (tr_loss.mean() / 5).item()
+                tr_loss -= tr_loss
+                assert logged >= 0
+            prof.step()
+    return prof.diagnosis
+
+
+def test_a_logging_step_is_not_a_dynamic_shape(tmp_path):
+    """HF Trainer, logging_steps=5: every other shape identical, yet the logging step's 0-d
+    ops (a mean of the running loss) made aten::mean look dynamic."""
+    d = _logging_loop(tmp_path, lambda step: 32)
+    assert 5 in d.trace.steps_analyzed and len(d.trace.steps_analyzed) >= 5
+    assert d.dynamic_shapes == [] and "shapes.dynamic" not in {f.id for f in d.findings}
+    # a batch that does change shape is still reported
+    changing = _logging_loop(tmp_path, lambda step: 32 if step != 3 else 7)
+    assert "aten::addmm" in [s.op for s in changing.dynamic_shapes]
+
+
 def test_json_round_trip(tmp_path):
     events = _steps(3, lambda base: [x("aten::mm", base + 10, 9_000)])
     d = diagnose(load_trace(write_trace(tmp_path / "t.json", events)))
