@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -251,6 +252,30 @@ def test_patch_keeps_the_scripts_own_flags(tmp_path):
     assert "-j/--workers (line 7), so that the flag still overrides it" in said
     assert "comes from `min(8, os.cpu_count())`; set it to 8 there" in said
     assert "takes **keyword arguments, which may hold num_workers" in said
+
+
+def test_the_workers_search_counts_the_cores_the_job_may_use(tmp_path):
+    """A job limited to 1.5 cores (cgroup quota) on a bigger machine: the search's per-core
+    bound is the quota's, not os.cpu_count()."""
+    from conftest import write_trace, x
+
+    from torchtriage.diagnosis.diagnose import diagnose
+    from torchtriage.fix.candidates import machine_context
+    from torchtriage.trace import load_trace
+
+    events = []
+    for i in range(4):
+        base = i * 10_000.0
+        events += [x(f"ProfilerStep#{i + 1}", base, 10_000, cat="user_annotation"),
+                   x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", base,
+                     8_000, cat="user_annotation"), x("aten::mm", base + 8_100, 1_500)]
+    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    machine = {"samples": 5, "cores": 64, "cpu_busy_mean": 0.1, "cpu_busy_per_core": [],
+               "rss_max_bytes": 1, "child_processes": 0, "children_cpu_cores_mean": 0.0,
+               "job_cpu_cores_mean": 0.9, "cores_available": 1.5,
+               "cores_available_source": "cgroup CPU quota"}
+    assert machine_context({}, diagnose(trace, machine=machine)).cores == 1
+    assert machine_context({}, diagnose(trace)).cores == (os.cpu_count() or 1)
 
 
 def test_patch_edits_calls_and_adds_flags(tmp_path):
