@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -50,11 +51,14 @@ def test_fix_data_starved_searches_workers_keeps_the_best_and_writes_a_patch(tmp
     assert result["kept"][0]["knob"] == "dataloader.num_workers"
     assert result["ci_low"] > 1.5, result["summary"]
     assert result["rounds"][0]["primary"] == "data_loading"
-    # the patch applies and sets the kept value in the DataLoader call
+    # the patch applies and sets the kept value where the DataLoader's comes from: the
+    # script's --num-workers flag, which still overrides it
     subprocess.run(["git", "init", "-q"], cwd=work, check=True)
     subprocess.run(["git", "apply", str(out / "fix.patch")], cwd=work, check=True)
     patched = (work / "examples" / "data_starved.py").read_text()
-    assert f"num_workers={result['kept'][0]['value']}," in patched
+    value = result["kept"][0]["value"]
+    assert f'parser.add_argument("--num-workers", type=int, default={value})' in patched
+    assert "num_workers=num_workers," in patched
     report = (out / "fix.md").read_text()
     assert "dataloader.num_workers" in report and "```diff" in report
     html = page.read_text()  # the path taken, with each attempt's interval, and the patch
@@ -188,6 +192,90 @@ def test_an_original_that_runs_out_of_memory_starts_the_ladder(tmp_path):
 def test_fix_bad_inputs(tmp_path, args, message):
     proc, _, _ = fix(tmp_path, *args)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+IMAGENET = """import argparse
+import os
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument('-j', '--workers', default=4, type=int, metavar='N',
+                    help='number of data loading workers (default: 4)')
+parser.add_argument('--prefetch', type=int)
+WORKERS_FOR_VAL = 0
+
+
+def main(args, train_dataset, val_dataset, extra, *, eval_workers=1):
+    train_loader = torch.utils.data.DataLoader(
+        train_dataset, batch_size=256, shuffle=True,
+        num_workers=args.workers, pin_memory=True)
+    val_loader = torch.utils.data.DataLoader(val_dataset, num_workers=WORKERS_FOR_VAL)
+    eval_loader = torch.utils.data.DataLoader(val_dataset, num_workers=eval_workers)
+    auto = torch.utils.data.DataLoader(val_dataset, num_workers=min(8, os.cpu_count()))
+    opts = torch.utils.data.DataLoader(val_dataset, **extra)
+    pre = torch.utils.data.DataLoader(val_dataset, num_workers=1,
+                                      prefetch_factor=args.prefetch)
+    return train_loader, val_loader, eval_loader, auto, opts, pre
+"""
+
+
+def test_patch_keeps_the_scripts_own_flags(tmp_path):
+    """pytorch/examples imagenet: `num_workers=args.workers` with `-j/--workers`. Hard-coding
+    the kept value into the call silently disabled the flag; the patch sets the flag's default
+    (and a variable's assignment, a parameter's default) instead, and says what it left."""
+    from torchtriage.results.run import KnobOutcome
+
+    script = tmp_path / "main.py"
+    script.write_text(IMAGENET)
+    calls = {"train": 15, "val": 17, "eval": 18, "auto": 19, "opts": 20}
+    outcomes = {"dataloader.num_workers": KnobOutcome(
+        value=8, applied=True, detail="DataLoader",
+        where=[f"{script}:{line}" for line in calls.values()]),
+        "dataloader.prefetch_factor": KnobOutcome(value=4, applied=True, detail="DataLoader",
+                                                  where=[f"{script}:22"])}
+    patch = make_patch({"dataloader.num_workers": 8, "dataloader.prefetch_factor": 4},
+                       outcomes, ["python", "main.py"], tmp_path)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "p.diff").write_text(patch.diff)
+    subprocess.run(["git", "apply", "p.diff"], cwd=tmp_path, check=True)
+    text = script.read_text()
+    compile(text, "main.py", "exec")
+    assert "parser.add_argument('-j', '--workers', default=8, type=int" in text
+    assert "num_workers=args.workers, pin_memory=True)" in text  # the flag still decides
+    assert "WORKERS_FOR_VAL = 8" in text and "num_workers=WORKERS_FOR_VAL)" in text
+    assert "*, eval_workers=8):" in text and "num_workers=eval_workers)" in text
+    assert "num_workers=min(8, os.cpu_count()))" in text  # an expression is left alone
+    assert "(val_dataset, **extra)" in text  # no keyword next to **kwargs that may hold it
+    assert "parser.add_argument('--prefetch', type=int, default=4)" in text
+    said = "\n".join(patch.instructions)
+    assert "-j/--workers (line 7), so that the flag still overrides it" in said
+    assert "comes from `min(8, os.cpu_count())`; set it to 8 there" in said
+    assert "takes **keyword arguments, which may hold num_workers" in said
+
+
+def test_the_workers_search_counts_the_cores_the_job_may_use(tmp_path):
+    """A job limited to 1.5 cores (cgroup quota) on a bigger machine: the search's per-core
+    bound is the quota's, not os.cpu_count()."""
+    from conftest import write_trace, x
+
+    from torchtriage.diagnosis.diagnose import diagnose
+    from torchtriage.fix.candidates import machine_context
+    from torchtriage.trace import load_trace
+
+    events = []
+    for i in range(4):
+        base = i * 10_000.0
+        events += [x(f"ProfilerStep#{i + 1}", base, 10_000, cat="user_annotation"),
+                   x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", base,
+                     8_000, cat="user_annotation"), x("aten::mm", base + 8_100, 1_500)]
+    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    machine = {"samples": 5, "cores": 64, "cpu_busy_mean": 0.1, "cpu_busy_per_core": [],
+               "rss_max_bytes": 1, "child_processes": 0, "children_cpu_cores_mean": 0.0,
+               "job_cpu_cores_mean": 0.9, "cores_available": 1.5,
+               "cores_available_source": "cgroup CPU quota"}
+    assert machine_context({}, diagnose(trace, machine=machine)).cores == 1
+    assert machine_context({}, diagnose(trace)).cores == (os.cpu_count() or 1)
 
 
 def test_patch_edits_calls_and_adds_flags(tmp_path):

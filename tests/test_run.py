@@ -138,6 +138,19 @@ def test_model_knobs_take_effect_and_keep_the_loss(tmp_path, example_run, knob, 
     assert _losses(out) == pytest.approx(_losses(base_out), rel=rel)
 
 
+def test_bf16_wraps_the_forward_and_the_loss(tmp_path):
+    """dcgan: autocast around the first model's forward only left BCELoss outside it with a
+    bf16 input ("Found dtype Float but expected BFloat16"); the region runs from each model
+    call to the next backward, as users wrap it."""
+    proc, out = run(tmp_path, "--knob", "amp.bf16=true", "--steps", "12", "--", "python",
+                    str(SCRIPTS / "gan_bce.py"))
+    assert proc.returncode == 0, proc.stderr
+    entry = record(out)["knobs"]["amp.bf16"]
+    assert entry["applied"] and "to the next backward" in entry["detail"], entry
+    text = trace_text(out)
+    assert "c10::BFloat16" in text and '"aten::binary_cross_entropy"' in text
+
+
 def test_crash_keeps_the_trace_and_fails(tmp_path):
     proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "two_optimizers.py"), "crash")
     assert proc.returncode == 1

@@ -2,9 +2,17 @@
 
 Changing shapes make torch.compile recompile (or fall back to dynamic kernels) and fragment the
 caching allocator, so they are reported even when they do not cost time in the profiled steps.
+
+An op counts as dynamic when its set of input-shape lists differs between analysed steps. Calls
+whose inputs all lack a dimension (``Input Dims`` of only ``[]``: 0-d tensors, Python numbers,
+non-tensor arguments) are left out: their shapes cannot change, and a step that logs (the
+Hugging Face Trainer every ``logging_steps``: a mean of the loss, a division of 0-d tensors)
+would otherwise make an op that runs in every step look dynamic.
 """
 
 from __future__ import annotations
+
+import re
 
 import msgspec
 import numpy as np
@@ -12,7 +20,7 @@ import numpy as np
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import EventKind, Trace
 
-_NO_TENSOR = (b"[]", b"[[]]")
+_SCALARS_ONLY = re.compile(rb"^\[\s*(\[\s*\]\s*(,\s*\[\s*\]\s*)*)?\]$")
 
 
 class DynamicShapeOp(msgspec.Struct, frozen=True):
@@ -40,8 +48,8 @@ def dynamic_shape_ops(trace: Trace, steps: StepWindows, limit: int = 10) -> list
     for row, s in zip(rows.tolist(), step_idx.tolist(), strict=True):
         off = int(offsets[row])
         dims = blob[off : off + int(lengths[row])]
-        if dims in _NO_TENSOR:
-            continue
+        if _SCALARS_ONLY.match(dims):
+            continue  # no input with a dimension: a 0-d tensor's shape cannot change
         per_op.setdefault(int(name_ids[row]), {}).setdefault(s, set()).add(dims)
     found = []
     for name_id, by_step in per_op.items():

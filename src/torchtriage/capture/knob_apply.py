@@ -244,20 +244,25 @@ def _patch_optimizer(run: KnobHost, torch) -> None:
 
 def _watch_root_module(run: KnobHost, torch) -> None:
     """Find the root module (the first module with parameters called outside any other module)
-    and apply bf16 autocast and/or in-place torch.compile to it; they take effect from its next
-    call."""
+    and apply in-place torch.compile and/or activation checkpointing to it (from its next
+    call); with ``amp.bf16``, open a bf16 autocast region at every top-level call of a module
+    with parameters (see :class:`_AutocastRegion`)."""
     from torch.nn.modules.module import (
         register_module_forward_hook,
         register_module_forward_pre_hook,
     )
 
     state = {"depth": 0, "root": None}
+    region = _AutocastRegion(run, torch) if run.knobs.get("amp.bf16") else None
 
     def pre(module, args):
-        if state["depth"] == 0 and state["root"] is None and any(
-                True for _ in module.parameters()):
-            state["root"] = module
-            _configure_root(run, torch, module)
+        if state["depth"] == 0:
+            has_params = any(True for _ in module.parameters())
+            if has_params and state["root"] is None:
+                state["root"] = module
+                _configure_root(run, torch, module)
+            if has_params and region is not None:
+                region.open(module)
         state["depth"] += 1
 
     def post(module, args, output):
@@ -271,17 +276,6 @@ def _configure_root(run: KnobHost, torch, module) -> None:
     name = type(module).__name__
     if run.knobs.get("memory.activation_checkpointing"):
         _checkpoint_repeated_blocks(run, torch, module)
-    if run.knobs.get("amp.bf16"):
-        device = next(module.parameters()).device.type
-        forward = module.forward
-
-        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
-            with torch.autocast(device_type=device, dtype=torch.bfloat16):
-                return forward(*args, **kwargs)
-
-        module.forward = autocast_forward
-        run.note("amp.bf16", True, f"bf16 autocast ({device}) around {name}.forward, from its "
-                 "second call")
     mode = run.knobs.get("compile.mode", "none")
     if mode != "none":
         # torch.compile of the (possibly autocast-wrapped) bound forward, set on the instance:
@@ -291,6 +285,53 @@ def _configure_root(run: KnobHost, torch, module) -> None:
         module.forward = torch.compile(module.forward, **options)
         run.note("compile.mode", True, f"torch.compile({name}.forward, mode={mode!r}), from "
                  "its second call")
+
+
+class _AutocastRegion:
+    """bf16 autocast over what users wrap: the forward *and* the loss.
+
+    The region opens when a module with parameters is called outside any other module (a
+    model's forward: the generator's or the discriminator's of a GAN alike) and closes when
+    backward starts (``torch.autograd.backward``, which ``Tensor.backward`` calls), so the
+    loss computed between the two runs under autocast too (``BCELoss`` on a bf16 output
+    outside autocast fails: "Found dtype Float but expected BFloat16") and backward runs
+    outside it, as the autocast docs advise. One region at a time, on the thread that opened
+    it (autocast state is per thread)."""
+
+    def __init__(self, run: KnobHost, torch) -> None:
+        import threading
+
+        self.run, self.torch = run, torch
+        self.context: Any = None
+        self.thread = 0
+        self.noted = False
+        self._ident = threading.get_ident
+        original = torch.autograd.backward
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            self.close()
+            return original(*args, **kwargs)
+
+        torch.autograd.backward = backward
+
+    def open(self, module) -> None:
+        if self.context is not None:
+            return
+        torch = self.torch
+        device = next(module.parameters()).device.type
+        self.context = torch.autocast(device_type=device, dtype=torch.bfloat16)
+        self.context.__enter__()
+        self.thread = self._ident()
+        if not self.noted:
+            self.noted = True
+            self.run.note("amp.bf16", True, f"bf16 autocast ({device}) from each top-level "
+                          f"model call ({type(module).__name__}, ...) to the next backward: the "
+                          "forward and the loss", _where())
+
+    def close(self) -> None:
+        if self.context is not None and self._ident() == self.thread:
+            context, self.context = self.context, None
+            context.__exit__(None, None, None)
 
 
 def _checkpoint_repeated_blocks(run: KnobHost, torch, root) -> None:

@@ -1,17 +1,29 @@
-"""Machine sampling while a script runs: CPU per core, DataLoader worker CPU, memory, GPU.
+"""Machine sampling while a script runs: CPU per core, the job's own CPU, DataLoader worker
+CPU, memory, GPU; and once, the cores the job may use and the CPU's bf16 instructions.
 
-Evidence for the diagnosis: a data-loading bottleneck with every core already busy needs
-cheaper preprocessing, not more workers. Sampling runs on a daemon thread (psutil; NVML through
-``pynvml`` when it is installed and a GPU is present) and costs well under 1% of a core.
+Evidence for the diagnosis: a data-loading bottleneck whose job already uses every core it may
+use needs cheaper preprocessing, not more workers. That is judged from the job's own processes,
+not the machine (other processes on a shared machine do not make the job CPU-bound): the job is
+the process group of the command ``torchtriage run`` started (its leader when that is an
+ancestor of this process: under torchrun the agent and every rank; else this process), with
+all its descendants (DataLoader workers), each sample summing their CPU use. The cores it may
+use are its CPU affinity, capped by a cgroup CPU quota (v2 ``cpu.max``, v1
+``cpu.cfs_quota_us``/``cpu.cfs_period_us``). bf16 autocast on a CPU pays only with native bf16
+instructions: the ``/proc/cpuinfo`` flags ``amx_bf16`` and ``avx512_bf16`` (x86) or the
+``bf16`` feature (Arm) are recorded, with ``torch.backends.cpu.get_cpu_capability()``.
+Sampling runs on a daemon thread (psutil; NVML through ``pynvml`` when it is installed and a
+GPU is present) and costs well under 1% of a core.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 INTERVAL_S = 0.2
+BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")  # x86 AMX, x86 AVX-512, Arm BF16 extension
 
 
 class MachineSampler:
@@ -25,8 +37,14 @@ class MachineSampler:
         import psutil
 
         self._process = psutil.Process(os.getpid())
+        self._root = job_root(psutil, self._process)
         psutil.cpu_percent(percpu=True)  # the first call only sets the reference point
         self._nvml = _nvml_handle()
+        cores, source = cores_available()
+        self.static: dict[str, Any] = {"cores_available": cores,
+                                       "cores_available_source": source,
+                                       "cpu_capability": _cpu_capability(),
+                                       "cpu_bf16": cpu_bf16_flags()}
         self._thread = threading.Thread(target=self._loop, name="torchtriage-machine",
                                         daemon=True)
         self._thread.start()
@@ -36,22 +54,39 @@ class MachineSampler:
             return None
         self._stop.set()
         self._thread.join(timeout=2 * self.interval_s + 1)
-        return summarize(self.samples)
+        summary = summarize(self.samples)
+        if summary is not None:
+            summary.update(self.static)
+        return summary
 
     def _loop(self) -> None:
         import psutil
 
         children: dict[int, Any] = {}
+        job: dict[int, Any] = {self._root.pid: self._root, self._process.pid: self._process}
+        for proc in job.values():
+            proc.cpu_percent(None)  # reference points
         while not self._stop.wait(self.interval_s):
             try:
                 sample = {"cpu": psutil.cpu_percent(percpu=True),
                           "rss": self._process.memory_info().rss}
                 workers = 0.0
-                for child in self._process.children(recursive=True):
+                mine = self._process.children(recursive=True)
+                for child in mine:
                     proc = children.setdefault(child.pid, child)
                     workers += proc.cpu_percent(None)
                 sample["children_cpu"] = workers / 100.0
                 sample["children"] = len(children)
+                tree = mine if self._root is self._process else \
+                    self._root.children(recursive=True)
+                used = workers + self._process.cpu_percent(None)
+                alive = 1 + len(tree)
+                for proc in (self._root, *tree):
+                    if proc.pid == self._process.pid or proc.pid in children:
+                        continue  # counted above
+                    used += _cpu(job.setdefault(proc.pid, proc))
+                sample["job_cpu"] = used / 100.0
+                sample["job_processes"] = alive
                 if self._nvml is not None:
                     import pynvml
 
@@ -60,6 +95,111 @@ class MachineSampler:
                 self.samples.append(sample)
             except Exception:  # a process that ended between two calls
                 continue
+
+
+def cpu_facts() -> dict[str, Any]:
+    """This machine's CPU facts without samples (``samples`` 0), for a diagnosis made where the
+    training ran but nothing was sampled (``torchtriage.profile``): the cores the job may use
+    and the CPU's native bf16 instructions."""
+    cores, source = cores_available()
+    return {"samples": 0, "cores": os.cpu_count() or 1, "cpu_busy_mean": 0.0,
+            "cpu_busy_per_core": [], "rss_max_bytes": 0, "child_processes": 0,
+            "children_cpu_cores_mean": 0.0, "cores_available": cores,
+            "cores_available_source": source, "cpu_capability": _cpu_capability(),
+            "cpu_bf16": cpu_bf16_flags()}
+
+
+def _cpu(proc) -> float:
+    """A process's CPU use since the last call, in percent of one core (0 once it ended)."""
+    try:
+        return proc.cpu_percent(None)
+    except Exception:  # psutil.NoSuchProcess, AccessDenied
+        return 0.0
+
+
+def job_root(psutil, me):
+    """The job's root process: the leader of this process's group when it is this process or
+    an ancestor of it (the command ``torchtriage run`` started in its own session: under
+    torchrun the agent), else this process."""
+    try:
+        group = os.getpgid(0)
+        for proc in (me, *me.parents()):
+            if proc.pid == group:
+                return proc
+    except Exception:
+        pass
+    return me
+
+
+def cores_available() -> tuple[float, str]:
+    """The cores this process may use and what limits them: CPU affinity, or a cgroup CPU
+    quota when that is lower."""
+    try:
+        cores, source = float(len(os.sched_getaffinity(0))), "CPU affinity"
+    except (AttributeError, OSError):
+        cores, source = float(os.cpu_count() or 1), "all cores"
+    quota = _cgroup_quota()
+    if quota is not None and quota < cores:
+        return round(quota, 3), "cgroup CPU quota"
+    return cores, source
+
+
+def _cgroup_quota(root: Path = Path("/sys/fs/cgroup"),
+                  self_cgroup: Path = Path("/proc/self/cgroup")) -> float | None:
+    """The tightest CPU quota (in cores) of this process's cgroup and its parents, v2 or v1;
+    None without one."""
+    try:
+        lines = self_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    found: list[float] = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        rel = Path(path.lstrip("/"))
+        if controllers == "":  # v2: cpu.max is "max 100000" or "QUOTA PERIOD"
+            dirs = [root / rel, *(root / p for p in rel.parents)]
+            for d in dirs:
+                try:
+                    quota, period = (d / "cpu.max").read_text().split()[:2]
+                except (OSError, ValueError):
+                    continue
+                if quota != "max" and int(period) > 0:
+                    found.append(int(quota) / int(period))
+        elif "cpu" in controllers.split(","):
+            for mount in (root / "cpu,cpuacct", root / "cpu"):
+                for d in (mount / rel, mount):
+                    try:
+                        quota = int((d / "cpu.cfs_quota_us").read_text())
+                        period = int((d / "cpu.cfs_period_us").read_text())
+                    except (OSError, ValueError):
+                        continue
+                    if quota > 0 and period > 0:
+                        found.append(quota / period)
+    return min(found) if found else None
+
+
+def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str] | None:
+    """The native bf16 instruction sets among the CPU's flags (``[]``: none); None when the
+    flags cannot be read (not Linux)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            present = set(value.split())
+            return [f for f in BF16_FLAGS if f in present]
+    return None
+
+
+def _cpu_capability() -> str | None:
+    try:
+        import torch
+
+        return str(torch.backends.cpu.get_cpu_capability())
+    except Exception:
+        return None
 
 
 def _nvml_handle():
@@ -92,6 +232,10 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any] | None:
         "children_cpu_cores_mean": round(sum(s["children_cpu"] for s in samples)
                                          / len(samples), 3),
     }
+    job = [s for s in samples if "job_cpu" in s]
+    if job:
+        out["job_cpu_cores_mean"] = round(sum(s["job_cpu"] for s in job) / len(job), 3)
+        out["job_processes"] = max(s["job_processes"] for s in job)
     gpu = [s for s in samples if "gpu_util" in s]
     if gpu:
         out["gpu_util_mean"] = round(sum(s["gpu_util"] for s in gpu) / len(gpu) / 100.0, 3)

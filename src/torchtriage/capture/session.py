@@ -302,12 +302,14 @@ class ProfileSession:
             return
         if self.analyze:
             try:
+                from torchtriage.capture.machine import cpu_facts
                 from torchtriage.diagnosis.diagnose import diagnose
                 from torchtriage.trace.ingest import load_trace
 
                 self._diagnosis = diagnose(load_trace(self.trace_path, workers=1),
                                            device_memory=self.device_memory, oom=oom,
-                                           top=self.top, out_of_memory=self.out_of_memory)
+                                           top=self.top, out_of_memory=self.out_of_memory,
+                                           machine=cpu_facts())
                 self._diagnosis.capture = self._capture_info(oom)
                 (self.run_dir / "diagnosis.json").write_text(self._diagnosis.to_json())
             except Exception as exc:  # the trace is kept whatever the analysis does

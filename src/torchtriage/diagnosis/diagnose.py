@@ -1,7 +1,8 @@
 """``diagnose(trace)``: the whole classify-then-prescribe pass over one trace.
 
-Reading order: analyse (steps, breakdown, ops, memory, shapes) -> layer times -> memory rule ->
-primary layer -> per-layer rules -> confidence -> prescriptions in order -> the document.
+Reading order: analyse (steps, breakdown, ops, memory, shapes) -> layer times -> every rule of
+``rules.RULES`` -> primary layer (memory's rule may claim it) -> confidence -> prescriptions in
+order -> the document.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from torchtriage.analysis.breakdown import StepBreakdown, step_breakdown
 from torchtriage.analysis.collectives import collective_table
+from torchtriage.analysis.dtypes import float64_share_device, float64_share_host
 from torchtriage.analysis.idle import comm_compute_overlap, idle_breakdown, temporal_breakdown
 from torchtriage.analysis.kernels import device_ops
 from torchtriage.analysis.launch import launch_stats
@@ -66,31 +68,16 @@ def diagnose(
         windows: ``torchtriage run``'s checks of its profiled windows, the last one this
             trace's: a window that was not steady state is said so and lowers the confidence.
     """
-    steps = find_steps(trace)
-    breakdown = step_breakdown(trace, steps)
-    nesting = op_nesting(trace)
-    gpu = trace.has_device_activity
-    small = 0.0 if gpu else rules.small_op_time(trace, steps, nesting)
-    facts = rules.Facts(
-        trace=trace, steps=steps, breakdown=breakdown, nesting=nesting,
-        layer_us=_layer_times(breakdown, gpu, small), small_op_us=small,
-        memory=_memory_with_capacity(trace, device_memory), oom=oom,
-        out_of_memory=out_of_memory,
-        device=_device_evidence(trace, steps) if gpu else None,
-        machine=_machine(machine),
-        collectives=collective_table(trace, steps),
-    )
-
-    memory_fired, memory_verdict = rules.memory_rule(facts)
+    facts = build_facts(trace, device_memory=device_memory, oom=oom, machine=machine,
+                        out_of_memory=out_of_memory)
+    steps, breakdown, nesting, gpu = facts.steps, facts.breakdown, facts.nesting, facts.gpu
+    verdicts = {layer: rules.Verdict() for layer in LAYERS}
+    for rule in rules.RULES:
+        verdicts[rule.layer].merge(rule.judge(facts))
+    memory_verdict = verdicts["memory"]
     ranked = sorted(TIME_LAYERS, key=lambda layer: -facts.share(layer))
-    primary, runner_up = ("memory", None) if memory_fired else _time_primary(facts)
-    verdicts = {
-        "memory": memory_verdict,
-        "data_loading": rules.data_loading_rule(facts),
-        "host": rules.host_rule(facts),
-        "kernel": rules.kernel_rule(facts, primary == "kernel"),
-        "communication": rules.communication_rule(facts),
-    }
+    primary, runner_up = (("memory", None) if memory_verdict.decides_primary
+                          else _time_primary(facts))
     missing = _missing(trace, steps)
     confidence, margin_evidence = _confidence(facts, primary, runner_up, memory_verdict)
     if any(m.startswith(_ACCELERATOR_WITHOUT_KERNELS) for m in missing):
@@ -111,7 +98,7 @@ def diagnose(
             message=f"{len(dynamic)} ops change input shapes between steps "
                     f"(e.g. {dynamic[0].name}): torch.compile recompiles, allocator fragments."))
 
-    prescriptions = _prescriptions(primary, ranked, facts, verdicts)
+    prescriptions, withheld = _prescriptions(primary, ranked, facts, verdicts)
     layers = {
         layer: r.LayerResult(share=round(facts.share(layer), 4) if layer in TIME_LAYERS else 0.0,
                              time_ms=round(facts.layer_us.get(layer, 0.0) / 1e3, 3),
@@ -121,7 +108,7 @@ def diagnose(
     doc_breakdown = _breakdown_doc(breakdown, gpu)
     return r.Diagnosis(
         tool_version=__version__,
-        summary=_summary(primary, facts, doc_breakdown, prescriptions),
+        summary=_summary(primary, facts, doc_breakdown, prescriptions, withheld),
         primary=primary,
         confidence=confidence,
         trace=r.TraceInfo(
@@ -135,6 +122,7 @@ def diagnose(
         breakdown=doc_breakdown,
         findings=findings,
         prescriptions=prescriptions,
+        withheld=withheld,
         top_ops={"host": _rows(top_host_ops(trace, nesting, steps, top)),
                  "device": _rows(top_device_ops(trace, steps, top))},
         memory=[
@@ -161,6 +149,28 @@ def diagnose(
         out_of_memory=out_of_memory,
         window=window,
         superseded_windows=list(windows[:-1]) if windows else [],
+    )
+
+
+def build_facts(trace: Trace, *, device_memory: int | None = None, oom: bool = False,
+                machine: dict | None = None,
+                out_of_memory: r.OutOfMemory | None = None) -> rules.Facts:
+    """Every analysis the rules read, computed once (arguments as :func:`diagnose`'s)."""
+    steps = find_steps(trace)
+    breakdown = step_breakdown(trace, steps)
+    nesting = op_nesting(trace)
+    gpu = trace.has_device_activity
+    small = 0.0 if gpu else rules.small_op_time(trace, steps, nesting)
+    return rules.Facts(
+        trace=trace, steps=steps, breakdown=breakdown, nesting=nesting,
+        layer_us=_layer_times(breakdown, gpu, small), small_op_us=small,
+        memory=_memory_with_capacity(trace, device_memory), oom=oom,
+        out_of_memory=out_of_memory,
+        device=_device_evidence(trace, steps) if gpu else None,
+        machine=_machine(machine),
+        collectives=collective_table(trace, steps),
+        float64_share=(float64_share_device(trace, steps) if gpu else
+                       float64_share_host(trace, steps, nesting)),
     )
 
 
@@ -452,7 +462,11 @@ def _step_findings(steps) -> list[r.Finding]:
     return out
 
 
-def _prescriptions(primary, ranked, facts, verdicts) -> list[r.Prescription]:
+def _prescriptions(primary, ranked, facts, verdicts
+                   ) -> tuple[list[r.Prescription], list[r.Withheld]]:
+    """The prescriptions of the primary layer, then of the other significant layers (and the
+    memory ladder when memory's rule fired), cheapest first within a layer; and the ones their
+    rules' gates held back, in the same order."""
     order = [primary] + [
         layer for layer in ranked
         if layer != primary and facts.share(layer) >= _SIGNIFICANT[layer].value
@@ -460,7 +474,9 @@ def _prescriptions(primary, ranked, facts, verdicts) -> list[r.Prescription]:
     if primary != "memory" and verdicts["memory"].remedies:
         order.append("memory")
     out: list[r.Prescription] = []
+    held: list[r.Withheld] = []
     seen: set[str] = set()
+    device = "cuda" if facts.gpu else "cpu"
     for layer in order:
         remedies: list[tuple[Remedy, str]] = sorted(verdicts[layer].remedies,
                                                     key=lambda x: x[0].cost)
@@ -468,14 +484,24 @@ def _prescriptions(primary, ranked, facts, verdicts) -> list[r.Prescription]:
             if remedy.id in seen or (remedy.gpu_only and not facts.gpu):
                 continue
             seen.add(remedy.id)
-            out.append(_prescription(remedy, reason))
-    return out
+            out.append(_prescription(remedy, reason, device))
+    for layer in order:
+        for remedy, reason, evidence in verdicts[layer].withheld:
+            if remedy.id in seen or (remedy.gpu_only and not facts.gpu):
+                continue
+            seen.add(remedy.id)
+            held.append(r.Withheld(id=remedy.id, layer=remedy.layer, reason=reason,
+                                   evidence=evidence))
+    return out, held
 
 
-def _prescription(remedy: Remedy, reason: str) -> r.Prescription:
+def _prescription(remedy: Remedy, reason: str, device: str = "cuda") -> r.Prescription:
+    """The catalog entry as a prescription; autocast snippets name the trace's device."""
     return r.Prescription(
         id=remedy.id, layer=remedy.layer, cost=remedy.cost, cost_label=COST_LABELS[remedy.cost],
-        title=remedy.title, code=remedy.code, expected_gain=remedy.expected_gain,
+        title=remedy.title, code=remedy.code.replace('device_type="cuda"',
+                                                      f'device_type="{device}"'),
+        expected_gain=remedy.expected_gain,
         verify=remedy.verify, reason=reason)
 
 
@@ -506,8 +532,15 @@ def _rows(stats: list[OpStat]) -> list[r.OpRow]:
                     self_ms=round(s.self_us / 1e3, 3), share=round(s.share, 4)) for s in stats]
 
 
-def _summary(primary, facts, b: r.Breakdown, prescriptions) -> str:
+def _summary(primary, facts, b: r.Breakdown, prescriptions, withheld=()) -> str:
     first = f" First fix: {prescriptions[0].id}." if prescriptions else ""
+    held = [w for w in withheld if w.layer == primary]
+    if held:
+        # the primary layer's own fixes a gate held back: say which and why, so that a first
+        # fix from another layer is not read as the answer to this one
+        first += (f" Not prescribed for {primary}: "
+                  + "; ".join(f"{w.id} ({w.reason})" for w in held[:1])
+                  + (f" and {len(held) - 1} more" if len(held) > 1 else "") + ".")
     n = len(b.steps)
     if primary == "memory":
         what = "memory is the bottleneck: the job is at its device memory limit"

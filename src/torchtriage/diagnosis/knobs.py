@@ -173,7 +173,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("cudnn.benchmark", "bool", "torch.backends.cudnn.benchmark",
          "backend", NOT_REACHED_DEFAULT,
          statements("torch.backends.cudnn.benchmark = {v}")),
-    Knob("amp.bf16", "bool", "bf16 autocast around the root module's forward",
+    Knob("amp.bf16", "bool",
+         "bf16 autocast from each top-level model call to the next backward (forward and loss)",
          "root_module", _CALLED_TWICE,
          by_hand("run the forward pass and the loss under bf16 autocast: "
                  "`with torch.autocast(device_type=device.type, dtype=torch.bfloat16): "

@@ -207,6 +207,14 @@ class MachineInfo(msgspec.Struct, kw_only=True):
     children_cpu_cores_mean: float  # cores' worth of CPU used by child processes
     gpu_util_mean: float | None = None
     gpu_mem_max_bytes: int | None = None
+    # the job's own CPU use: its process group's processes (the training process, DataLoader
+    # workers; under torchrun the agent and every rank), in cores' worth
+    job_cpu_cores_mean: float | None = None
+    job_processes: int | None = None  # most of them seen at once
+    cores_available: float | None = None  # cores the job may use: affinity, cgroup quota
+    cores_available_source: str | None = None  # "affinity" | "cgroup cpu.max" | ...
+    cpu_capability: str | None = None  # torch.backends.cpu.get_cpu_capability()
+    cpu_bf16: list[str] | None = None  # native bf16 instruction sets found (None: unknown)
 
 
 class CollectiveRow(msgspec.Struct, kw_only=True):
@@ -278,6 +286,15 @@ class CaptureInfo(msgspec.Struct, kw_only=True):
     oom: bool = False
 
 
+class Withheld(msgspec.Struct, kw_only=True):
+    """A prescription its layer's rule would list that the evidence held back, and why."""
+
+    id: str
+    layer: Layer
+    reason: str
+    evidence: list[Evidence] = []
+
+
 class Diagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     """What is slow, with evidence, and what to fix first."""
 
@@ -291,6 +308,7 @@ class Diagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     breakdown: Breakdown
     findings: list[Finding] = []
     prescriptions: list[Prescription] = []
+    withheld: list[Withheld] = []  # prescriptions held back by a gate of their rule
     top_ops: dict[str, list[OpRow]] = {}
     memory: list[MemoryPeak] = []
     dynamic_shapes: list[DynamicShape] = []

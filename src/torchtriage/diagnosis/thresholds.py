@@ -37,9 +37,13 @@ FRAGMENTATION_MIN_RESERVED = Threshold(
     "torchtriage default",
 )
 CPU_SATURATED = Threshold(
-    "cpu_saturated", 0.9, "mean busy fraction of all cores",
-    "CPU use at which a data-loading bottleneck needs cheaper preprocessing, not more workers",
-    "TraceML system policy (CPU high_at=80%) raised to 90% so that 'every core busy' means it",
+    "cpu_saturated", 0.9, "busy fraction of the cores the job may use",
+    "CPU used by the job's own processes (the training process, its DataLoader workers and, "
+    "under torchrun, the other ranks of its process group) over the cores it may use (CPU "
+    "affinity and cgroup quota) at which a data-loading bottleneck needs cheaper "
+    "preprocessing, not more workers; other processes' use of the machine does not count",
+    "TraceML system policy (CPU high_at=80%) raised to 90% so that 'every core busy' means it; "
+    "judged from the job's processes as train-doctor reports the trainer's own CPU use",
 )
 DATA_LOADING_SIGNIFICANT = Threshold(
     "data_loading_significant", 0.05, "share of step time",
@@ -118,6 +122,28 @@ UNFUSED_CHAIN = Threshold(
     "work counts as unfused chains (with elementwise_share)",
     "measured on an H200: examples/elementwise_chain.py runs 24.8 pointwise kernels per matrix "
     "kernel in eager mode and 4.1 after torch.compile; 8 sits between",
+)
+DDP_BUCKETS_PER_STEP = Threshold(
+    "ddp_buckets_per_step", 2, "all-reduce calls per step",
+    "DDP's bucket size is prescribed only when the gradients span at least this many "
+    "all-reduce buckets per step: with one bucket, a larger bucket_cap_mb merges nothing",
+    "PyTorch DDP design notes: gradients are grouped into buckets of bucket_cap_mb (25 MB; the "
+    "first 1 MB) and each bucket is all-reduced by one call",
+)
+CPU_FAST_BF16 = Threshold(
+    "cpu_fast_bf16", 1, "bf16 instruction sets",
+    "bf16 autocast is prescribed on a CPU job only when the CPU has at least one native bf16 "
+    "instruction set (AMX-BF16, AVX512-BF16; on Arm the BF16 extension), from the CPU flags "
+    "that `torchtriage run` records; without, bf16 is converted in software and slower than fp32",
+    "PyTorch CPU autocast docs and oneDNN (bf16 GEMMs need AVX512-BF16 or AMX); measured: "
+    "nanoGPT under fix on an AVX2 CPU ran 0.04x with bf16 autocast",
+)
+FLOAT64_SHARE = Threshold(
+    "float64_share", 0.5, "share of op self time",
+    "share of the analysed steps' op time (CPU ops' self time; GPU kernel time) in float64 at "
+    "which bf16 autocast is withheld: autocast leaves float64 tensors in float64",
+    "ATen autocast (autocast_mode.h: is_eligible excludes kDouble); the LBFGS example spent "
+    "90 % of its step in float64 aten::dot",
 )
 SLOW_LINK_BUSBW = Threshold(
     "slow_link_busbw", 10.0, "GB/s",
@@ -202,6 +228,9 @@ ALL: tuple[Threshold, ...] = (
     FP32_MATMUL_SHARE,
     ELEMENTWISE_SHARE,
     UNFUSED_CHAIN,
+    DDP_BUCKETS_PER_STEP,
+    CPU_FAST_BF16,
+    FLOAT64_SHARE,
     SLOW_LINK_BUSBW,
     STRAGGLER_COMM_GAP,
     STEP_TIME_SKEW,

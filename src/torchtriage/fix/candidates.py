@@ -76,8 +76,9 @@ def search_for(prescription: str, ctx: Context) -> Search | None:
 
 def machine_context(kept: dict[str, Any], diagnosis: Any, loader_workers: int = 0) -> Context:
     """The context from a diagnosis (mode, ranks, collectives, the loading share of its steps),
-    the workers its DataLoader used (``loader_workers``, from the run record) and this
-    machine's cores."""
+    the workers its DataLoader used (``loader_workers``, from the run record) and the cores the
+    job may use (its CPU affinity or cgroup quota as the run recorded them, else this
+    machine's cores)."""
     nccl = any(c.source == "nccl kernel" for c in getattr(diagnosis, "collectives", []))
     world = getattr(diagnosis.trace, "world_size", None) or 1
     steps = len(diagnosis.breakdown.steps)
@@ -85,5 +86,8 @@ def machine_context(kept: dict[str, Any], diagnosis: Any, loader_workers: int = 
     if steps and "data_loading" in diagnosis.layers:
         hint = workers_to_hide_loading(diagnosis.layers["data_loading"].time_ms / steps,
                                        diagnosis.breakdown.median_step_ms, loader_workers)
-    return Context(gpu=diagnosis.trace.mode == "gpu", cores=os.cpu_count() or 1, kept=kept,
+    machine = getattr(diagnosis, "machine", None)
+    available = getattr(machine, "cores_available", None)
+    cores = max(int(available), 1) if available else os.cpu_count() or 1
+    return Context(gpu=diagnosis.trace.mode == "gpu", cores=cores, kept=kept,
                    distributed=world > 1, nccl=nccl, workers_hint=hint)

@@ -185,8 +185,12 @@ def _findings(d: Diagnosis) -> str:
 
 
 def _prescriptions(d: Diagnosis) -> str:
+    held = "".join(f"<li><b>{esc(w.id)}</b> ({esc(w.layer)}): {esc(w.reason)}</li>"
+                   for w in d.withheld)
+    held = (f"<h3>Withheld</h3><p class=\"muted\">the evidence says these would not help "
+            f"here</p><ul id=\"withheld\">{held}</ul>" if held else "")
     if not d.prescriptions:
-        return "<p>No prescription: nothing stands out.</p>"
+        return "<p>No prescription: nothing stands out.</p>" + held
     out = []
     for i, p in enumerate(d.prescriptions, 1):
         out.append(f"<div class=\"prescription\"><h3>{i}. {esc(p.title)} <span class=\"badge\">"
@@ -194,7 +198,7 @@ def _prescriptions(d: Diagnosis) -> str:
                    f"{esc(p.cost_label)}</span></h3><pre><code>{esc(p.code)}</code></pre>"
                    f"<div class=\"muted\">why: {esc(p.reason)} &middot; expected: "
                    f"{esc(p.expected_gain)} &middot; verify: {esc(p.verify)}</div></div>")
-    return "".join(out)
+    return "".join(out) + held
 
 
 def _breakdown_figure(page: Page, d: Diagnosis) -> str:

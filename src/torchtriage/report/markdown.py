@@ -57,6 +57,10 @@ def diagnosis_markdown(doc: Diagnosis | JobDiagnosis) -> str:
                           f"{prose(p.reason)}", "",
                           "   ```python", *("   " + x for x in p.code.splitlines()),
                           "   ```"]
+        if d.withheld:
+            lines += ["", "**Withheld** (the evidence says these would not help here)", ""]
+            lines += [f"- {code(w.id)} ({prose(w.layer)}): {prose(w.reason)}"
+                      for w in d.withheld]
         if d.gpu is not None and d.gpu.top_kernels:
             lines += ["", "| top kernel | ms | share |", "|---|---|---|"]
             lines += [f"| {code(k.name)} | {k.time_ms:.2f} | {k.share:.1%} |"

@@ -25,8 +25,10 @@ def renderable(d: Diagnosis) -> RenderableType:
     parts = [_header(d), _layers(d), _breakdown(d)]
     if d.findings:
         parts.append(_findings(d))
-    if d.prescriptions:
+    if d.prescriptions or d.withheld:
         parts.append(_prescriptions(d))
+    if d.machine is not None:
+        parts.append(_machine(d))
     if d.gpu is not None:
         parts.extend(_gpu(d))
     if d.collectives:
@@ -138,8 +140,63 @@ def _prescriptions(d: Diagnosis) -> Group:
             lines.append(plain("       " + code_line, style="cyan"))
         lines.append(plain(f"       why: {p.reason}. gain: {p.expected_gain}. "
                           f"verify: {p.verify}.", style="dim"))
+    if d.withheld:
+        lines.append(plain("Withheld: the evidence says these would not help here",
+                           style="italic"))
+    for w in d.withheld:
+        head = plain("     - ")
+        head.append(w.id, style="bold dim")
+        head.append(f"  [{w.layer}]  ", style="dim")
+        head.append(plain(w.reason))
+        gates = "; ".join(_evidence_text(e) for e in w.evidence)
+        if gates:
+            head.append(plain(f" ({gates})", style="dim"))
+        lines.append(head)
     lines.append(plain(""))
     return Group(*lines)
+
+
+def _evidence_text(e) -> str:
+    text = f"{e.metric}={e.value:g}"
+    if e.threshold is not None and e.comparison:
+        held = e.fired is not False
+        op = e.comparison if held else {">=": "<", "<": ">=", ">": "<=", "<=": ">"}.get(
+            e.comparison, "vs")
+        text += f" {op} {e.threshold:g}"
+    return text
+
+
+def _machine(d: Diagnosis) -> Text:
+    """What the run sampled, and what the data-loading and kernel rules judged from it."""
+    m = d.machine
+    assert m is not None
+    text = plain("Machine ", style="bold")
+    cores = m.cores_available or m.cores
+    if not m.samples:  # profile(): the CPU's facts, nothing sampled
+        bf16 = ("not recorded" if m.cpu_bf16 is None else ", ".join(m.cpu_bf16) or "none")
+        limit = m.cores_available_source or "all cores"
+        text.append(plain(f"(not sampled): {cores:g} cores ({limit}); "
+                          f"CPU {m.cpu_capability or '?'}, native bf16: {bf16}\n"))
+        return text
+    text.append(plain(f"(sampled while the script ran, {m.samples} samples): ", style="dim"))
+    if m.job_cpu_cores_mean is not None:
+        text.append(plain(
+            f"the job's {m.job_processes or 1} process(es) used {m.job_cpu_cores_mean:.2f} of "
+            f"the {cores:g} cores it may use ({m.cores_available_source or 'all cores'}), "
+            f"{m.job_cpu_cores_mean / cores:.0%}; "))
+    text.append(plain(f"all {m.cores} cores of the machine {m.cpu_busy_mean:.0%} busy (other "
+                      "processes included)"))
+    if m.child_processes:
+        text.append(plain(f"; child processes (DataLoader workers, ...) {m.child_processes}, "
+                          f"{m.children_cpu_cores_mean:.2f} cores"))
+    text.append(plain(f"; peak RSS {_gib(m.rss_max_bytes)}"))
+    if m.cpu_capability or m.cpu_bf16 is not None:
+        bf16 = ("not recorded" if m.cpu_bf16 is None else ", ".join(m.cpu_bf16) or "none")
+        text.append(plain(f"; CPU {m.cpu_capability or '?'}, native bf16: {bf16}"))
+    if m.gpu_util_mean is not None:
+        text.append(plain(f"; GPU {m.gpu_util_mean:.0%} busy"))
+    text.append("\n")
+    return text
 
 
 def _top_ops(d: Diagnosis) -> list[Table]:

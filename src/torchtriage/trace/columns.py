@@ -230,10 +230,12 @@ def _strict_columns(raw_events: list[Any]) -> ChunkColumns:
     shape_len = np.zeros(n, dtype=np.int32)
     blob = bytearray()
     for i in [i for i, a in enumerate(args) if a.input_dims]:
-        dims = args[i].input_dims
+        a = args[i]
+        dims = a.input_dims
         shape_off[i] = len(blob)
         shape_len[i] = len(dims)
         blob += dims
+        blob += a.input_type  # right after the dims, up to the next row's (EventTable)
     gloo = [i for i, name in enumerate(names) if name.startswith("gloo:")]
     rows = sorted({i for i, a in enumerate(args) if a.collective is not None}
                   | set(np.flatnonzero(np.isin(name_id, gloo)).tolist() if gloo else ()))
@@ -300,6 +302,7 @@ def _lenient_columns(raw_events: list[Any]) -> ChunkColumns:
         if a.input_dims:
             offset = len(blob)
             blob += a.input_dims
+            blob += a.input_type
         shape_len.append(len(a.input_dims))
         ints += (_int(a.external_id if a.external_id is not None else a.external_id_legacy),
                  _int(a.correlation), _int(a.stream), _int(a.device), _int(a.bytes), offset,

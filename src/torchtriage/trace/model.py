@@ -73,6 +73,7 @@ class EventTable(msgspec.Struct, frozen=True, dict=True):
     nbytes: np.ndarray  # int64 bytes moved by a memcpy/memset, -1 when absent
     shape_offset: np.ndarray  # int64 into shapes_blob, -1 when the event has no "Input Dims"
     shape_length: np.ndarray  # int32 length of the raw "Input Dims" JSON in shapes_blob
+    # (each row's raw "Input type" JSON follows its dims there: see input_types_span)
     names: list[str]
     threads: list[tuple[str, str]]  # (pid, tid) as strings
     shapes_blob: bytes = b""
@@ -102,6 +103,21 @@ class EventTable(msgspec.Struct, frozen=True, dict=True):
         if per_name.size == 0:
             return np.zeros(len(self), dtype=bool)
         return per_name[self.name_id]
+
+    def input_types_span(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where each row's raw ``Input type`` JSON lies in ``shapes_blob``: ingest writes it
+        right after the row's ``Input Dims``, so it runs from there to the next row's dims
+        (or the blob's end). Rows without dims get an empty span (0, 0)."""
+        start = np.zeros(len(self), dtype=np.int64)
+        end = np.zeros(len(self), dtype=np.int64)
+        shaped = np.flatnonzero(self.shape_offset >= 0)
+        if shaped.size == 0:
+            return start, end
+        shaped = shaped[np.argsort(self.shape_offset[shaped], kind="stable")]
+        offsets = self.shape_offset[shaped]
+        start[shaped] = offsets + self.shape_length[shaped]
+        end[shaped] = np.append(offsets[1:], len(self.shapes_blob))
+        return start, end
 
     def input_dims(self, row: int) -> bytes | None:
         """The raw JSON of the event's ``Input Dims`` (record_shapes), or None."""

@@ -1,0 +1,126 @@
+"""The memory rule (judged by capacity, not time), the memory ladder and what an
+out-of-memory error's figures say."""
+
+from __future__ import annotations
+
+from torchtriage.diagnosis import thresholds as th
+from torchtriage.diagnosis.catalog import BY_ID, Remedy
+from torchtriage.diagnosis.result import Evidence, Finding, OutOfMemory
+from torchtriage.diagnosis.rules.base import Facts, Verdict, share_evidence
+from torchtriage.diagnosis.vocabulary import Layer
+
+
+class MemoryRule:
+    """`memory` is primary when the job ran out of memory or a device's peak allocated memory
+    (live tensors) reaches ``memory_near_capacity`` of its known capacity; then the memory
+    ladder is prescribed, cheapest rung first. A large reserved cache (``fragmentation_min_
+    reserved`` of capacity) with ``memory_fragmentation`` of it idle at the allocated peak adds
+    expandable segments. Capacity unknown: an info finding, no judgement."""
+
+    layer: Layer = "memory"
+    prescribes = ("memory.expandable_segments", "memory.grad_accumulation",
+                  "memory.activation_checkpointing", "memory.bf16", "memory.fsdp")
+    thresholds = (th.MEMORY_NEAR_CAPACITY, th.MEMORY_FRAGMENTATION,
+                  th.FRAGMENTATION_MIN_RESERVED)
+
+    def judge(self, f: Facts) -> Verdict:
+        return _memory(f)
+
+
+def _memory(f: Facts) -> Verdict:
+    v = Verdict()
+    fired = False
+    if f.oom or f.out_of_memory is not None:
+        fired = True
+        out_of_memory_evidence(v, f.out_of_memory)
+    assessed = [(peak, cap, src) for peak, cap, src in f.memory if cap]
+    for peak, cap, src in assessed:
+        # Pressure is what live tensors hold; a large but idle cache is fragmentation (below).
+        used = peak.peak_allocated
+        frac = used / cap
+        ev = share_evidence(f"peak_memory_fraction[{peak.device}]", frac, th.MEMORY_NEAR_CAPACITY)
+        ev.unit = f"of {cap / 2**30:.2f} GiB ({src})"
+        v.evidence.append(ev)
+        if frac >= th.MEMORY_NEAR_CAPACITY.value:
+            fired = True
+            v.findings.append(Finding(
+                id="memory.near_capacity", severity="critical", layer="memory",
+                message=f"Peak memory on {peak.device} is {frac:.0%} of capacity "
+                        f"({used / 2**30:.2f} of {cap / 2**30:.2f} GiB): it caps the batch size.",
+                evidence=[ev]))
+        big_cache = peak.peak_reserved >= th.FRAGMENTATION_MIN_RESERVED.value * cap
+        if peak.peak_reserved > 0 and big_cache:
+            idle = (peak.reserved_at_peak_allocated - peak.peak_allocated)
+            frag = idle / peak.reserved_at_peak_allocated if peak.reserved_at_peak_allocated else 0
+            _fragmentation(v, peak.device, frag,
+                           f"{frag:.0%} of reserved memory on {peak.device} is idle at the "
+                           "allocated peak (fragmentation).",
+                           f"{frag:.0%} of the reserved cache is unused at the peak")
+    if not assessed and f.memory:
+        v.findings.append(Finding(
+            id="memory.capacity_unknown", severity="info", layer="memory",
+            message="Device capacity unknown (no deviceProperties): memory pressure not "
+                    "assessed. Pass --device-memory to set it."))
+    if fired:
+        v.remedies.extend(ladder_remedies())
+    v.decides_primary = fired
+    return v
+
+
+def ladder_remedies() -> list[tuple[Remedy, str]]:
+    """The memory ladder's rungs, cheapest first, each with why it is there."""
+    ladder = ["memory.grad_accumulation", "memory.activation_checkpointing", "memory.bf16",
+              "memory.fsdp"]
+    reasons = ["cheapest rung: same model, smaller micro-batch",
+               "next rung if accumulation alone does not fit",
+               "next rung: halves activation memory",
+               "last rung: shard state across ranks"]
+    return [(BY_ID[i], r) for i, r in zip(ladder, reasons, strict=True)]
+
+
+def out_of_memory_evidence(v: Verdict, report: OutOfMemory | None) -> None:
+    """Evidence and findings of an out-of-memory error: the step it failed on and the figures
+    it gave; expandable segments when much of the reserved cache sat idle (fragmentation)."""
+    v.evidence.append(Evidence(metric="out_of_memory", value=1.0, fired=True,
+                               source="the profiled run raised OutOfMemoryError"))
+    if report is None:
+        v.findings.append(Finding(id="memory.oom", severity="critical", layer="memory",
+                                  message="The run ran out of memory."))
+        return
+    v.evidence.append(Evidence(metric="oom_step", value=report.step, unit="training step"))
+    figures = []
+    for metric, value, words in (
+            ("oom_requested_bytes", report.requested_bytes, "requested"),
+            ("oom_allocated_bytes", report.allocated_bytes, "allocated by PyTorch"),
+            ("oom_reserved_unallocated_bytes", report.reserved_unallocated_bytes,
+             "reserved but unallocated"),
+            ("oom_capacity_bytes", report.capacity_bytes, "capacity"),
+            ("peak_allocated_bytes_completed_steps",
+             max(report.peak_allocated_bytes_by_step, default=None), "peak of the completed "
+             "steps")):
+        if value is not None:
+            v.evidence.append(Evidence(metric=metric, value=value, unit="bytes"))
+            figures.append(f"{value / 2**30:.2f} GiB {words}")
+    where = f" on {report.device}" if report.device else ""
+    v.findings.append(Finding(
+        id="memory.oom", severity="critical", layer="memory",
+        message=f"The run ran out of memory{where} on step {report.step}"
+                + (f" ({', '.join(figures)})" if figures else "") + "."))
+    idle, used = report.reserved_unallocated_bytes, report.allocated_bytes
+    if idle and used is not None and idle + used > 0:
+        frag = idle / (idle + used)
+        _fragmentation(v, "oom", frag,
+                       f"{frag:.0%} of the reserved memory was idle when it ran out "
+                       "(fragmentation).",
+                       f"{idle / 2**30:.2f} GiB reserved but unallocated at the error")
+
+
+def _fragmentation(v: Verdict, where: str, frag: float, message: str, reason: str) -> None:
+    """Fragmentation evidence; at MEMORY_FRAGMENTATION or more a finding and expandable
+    segments."""
+    fev = share_evidence(f"fragmentation[{where}]", frag, th.MEMORY_FRAGMENTATION)
+    v.evidence.append(fev)
+    if frag >= th.MEMORY_FRAGMENTATION.value:
+        v.findings.append(Finding(id="memory.fragmentation", severity="warning", layer="memory",
+                                  message=message, evidence=[fev]))
+        v.remedies.append((BY_ID["memory.expandable_segments"], reason))
