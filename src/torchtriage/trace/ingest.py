@@ -26,6 +26,7 @@ import msgspec
 from torchtriage.errors import TorchtriageError, TraceError
 from torchtriage.trace.columns import ChunkColumns, TableBuilder, decode_chunk
 from torchtriage.trace.model import DeviceInfo, Trace, TraceMeta
+from torchtriage.trace.quality import check_timings
 from torchtriage.trace.stream import EventChunks
 
 _NO_RAW = msgspec.Raw(b"")
@@ -141,9 +142,12 @@ def load_trace(path: str | os.PathLike[str], memory_limit: int | None = None,
             )
         raise TraceError(f"{path}: JSON without 'traceEvents': not a Kineto trace")
     events, memory = tables.finish()
+    events, timing = check_timings(events, tables.no_ts, tables.negative_dur)
     if len(events) == 0:
-        raise TraceError(f"{path}: empty trace (no complete events)")
-    return Trace(events=events, memory=memory, meta=_meta(path, parsed, chunks.raw_bytes))
+        raise TraceError(f"{path}: empty trace (no complete events" + (
+            f"; {tables.no_ts:,} without a timestamp)" if tables.no_ts else ")"))
+    meta = msgspec.structs.replace(_meta(path, parsed, chunks.raw_bytes), timing=timing)
+    return Trace(events=events, memory=memory, meta=meta)
 
 
 def _invalid(exc: msgspec.ValidationError) -> str:
