@@ -12,6 +12,8 @@ Sources, in order of preference (the one used is reported as ``source``):
 
 Steps listed by torchtriage's own capture as warm-up or partial (trace metadata ``torchtriage``)
 are kept in ``excluded`` with the reason, and left out of statistics as long as one step remains.
+So is a ``ProfilerStep#N`` of zero length (:data:`ZERO_LENGTH`): its marker recorded no time,
+so its step cannot be measured (``trace/quality.py`` has clamped a negative one to 0).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from torchtriage.trace.model import HOST_KINDS, EventKind, Trace
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
+ZERO_LENGTH = "zero length: its ProfilerStep marker recorded no time"
 
 
 class StepWindows(msgspec.Struct, frozen=True):
@@ -94,14 +97,19 @@ def find_steps(trace: Trace) -> StepWindows:
 
 
 def _apply_exclusions(windows: StepWindows, trace: Trace) -> StepWindows:
-    """Drop partial steps, then warm-up steps, each only if some step remains."""
+    """Drop zero-length steps, then partial steps, then warm-up steps, each only if some step
+    remains."""
     meta = trace.meta.torchtriage
     excluded: dict[int, str] = {}
     keep = np.ones(len(windows), dtype=bool)
-    for key, reason in (("partial_steps", "partial: the loop ended inside this step"),
+    for key, reason in ((None, ZERO_LENGTH),
+                        ("partial_steps", "partial: the loop ended inside this step"),
                         ("warmup_steps", "warm-up")):
-        listed = {int(n) for n in meta.get(key, []) or []}
-        drop = keep & np.isin(windows.numbers, list(listed))
+        if key is None:
+            drop = keep & (windows.end <= windows.start)
+        else:
+            listed = {int(n) for n in meta.get(key, []) or []}
+            drop = keep & np.isin(windows.numbers, list(listed))
         if drop.any() and (keep & ~drop).any():
             keep &= ~drop
             excluded.update({int(n): reason for n in windows.numbers[drop]})

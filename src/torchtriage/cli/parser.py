@@ -111,6 +111,12 @@ def build_parser() -> Parser:
                        help="Also write a Markdown summary (for a pull-request comment) to "
                             "this file.")
 
+    def strict(p: Parser) -> None:
+        p.add_argument("--strict", action="store_true",
+                       help="Fail (exit 2) when any file at the path cannot be read as a trace; "
+                            "by default such files are listed as skipped and the others are "
+                            "diagnosed.")
+
     def store(p: Parser) -> None:
         p.add_argument("--store", type=Path, metavar="PATH",
                        help="Run store (SQLite) to record into and read from; default "
@@ -156,6 +162,7 @@ def build_parser() -> Parser:
     top(p)
     html(p)
     markdown(p)
+    strict(p)
 
     p = command("report", "traces:report",
                 "Write the self-contained HTML report (default RUN_DIR/report.html): of a fix "
@@ -165,6 +172,7 @@ def build_parser() -> Parser:
                         "of traces.")
     html(p)
     device_memory(p)
+    strict(p)
 
     p = command("demo", "runs:demo",
                 "Profile the bundled data-starved example and print its diagnosis (CPU, "
@@ -209,6 +217,7 @@ def build_parser() -> Parser:
     store(p)
     html(p)
     markdown(p)
+    strict(p)
 
     p = command("ab", "runs:ab",
                 "A/B-test knobs on an unmodified script: torchtriage ab --knob ID=VALUE -- "

@@ -29,7 +29,8 @@ def analyze(args: argparse.Namespace) -> int:
         diagnose_traces_with_detail,
     )
 
-    options = DiagnoseOptions(device_memory=capacity(args.device_memory), top=args.top)
+    options = DiagnoseOptions(device_memory=capacity(args.device_memory), top=args.top,
+                              strict=args.strict)
     if args.html_out is not None:  # the report draws from the traces: one load for both
         doc, details = diagnose_traces_with_detail(args.path, options)
         write_html(args.html_out, args.path, doc, details, quiet=args.json_out)
@@ -54,7 +55,8 @@ def report(args: argparse.Namespace) -> int:
             return 0
     try:
         doc, details = diagnose_traces_with_detail(
-            run_dir, DiagnoseOptions(device_memory=capacity(args.device_memory)))
+            run_dir, DiagnoseOptions(device_memory=capacity(args.device_memory),
+                                     strict=args.strict))
     except TraceError:
         saved = run_dir / "diagnosis.json"  # a run that ran out of memory before any trace
         if not saved.is_file():
@@ -103,7 +105,7 @@ def compare(args: argparse.Namespace) -> int:
              else None)
     runs = open_store(args.store, required=False)
     c = compare_paths(args.a, args.b, min_effect=args.min_effect,
-                      device_memory=capacity(args.device_memory))
+                      device_memory=capacity(args.device_memory), strict=args.strict)
     if runs is not None:
         c.store_id = runs.start_run("compare", [str(args.a), str(args.b)])
         runs.finish_run(c.store_id, "done", c.headline(), msgspec.to_builtins(c))

@@ -23,6 +23,7 @@ from torchtriage.analysis.shapes import dynamic_shape_ops
 from torchtriage.analysis.steps import StepWindows, find_steps
 from torchtriage.analysis.transfers import transfers
 from torchtriage.analysis.utilization import busy_time, class_times, top_kernels
+from torchtriage.diagnosis import data_quality as dq
 from torchtriage.diagnosis import result as r
 from torchtriage.diagnosis import rules
 from torchtriage.diagnosis import thresholds as th
@@ -68,8 +69,11 @@ def diagnose(
         windows: ``torchtriage run``'s checks of its profiled windows, the last one this
             trace's: a window that was not steady state is said so and lowers the confidence.
     """
+    steps = find_steps(trace)
+    quality = dq.data_quality(trace, steps)
+    dq.check_usable(trace, steps, quality)  # impossible timings past repair: no verdict
     facts = build_facts(trace, device_memory=device_memory, oom=oom, machine=machine,
-                        out_of_memory=out_of_memory)
+                        out_of_memory=out_of_memory, steps=steps)
     steps, breakdown, nesting, gpu = facts.steps, facts.breakdown, facts.nesting, facts.gpu
     verdicts = {layer: rules.Verdict() for layer in LAYERS}
     for rule in rules.RULES:
@@ -84,7 +88,10 @@ def diagnose(
         confidence = "low"  # a device job judged from its host side alone
     verdicts[primary].evidence.insert(0, margin_evidence)
 
+    confidence = dq.lowered(confidence, trace)
     findings = _step_findings(steps)
+    if (timing := dq.finding(trace, quality)) is not None:
+        findings.insert(0, timing)
     window = windows[-1] if windows else None
     if window is not None and window.representative is False:
         confidence = CONFIDENCE_LEVELS[max(CONFIDENCE_LEVELS.index(confidence) - 1, 0)]
@@ -149,14 +156,17 @@ def diagnose(
         out_of_memory=out_of_memory,
         window=window,
         superseded_windows=list(windows[:-1]) if windows else [],
+        data_quality=quality,
     )
 
 
 def build_facts(trace: Trace, *, device_memory: int | None = None, oom: bool = False,
                 machine: dict | None = None,
-                out_of_memory: r.OutOfMemory | None = None) -> rules.Facts:
-    """Every analysis the rules read, computed once (arguments as :func:`diagnose`'s)."""
-    steps = find_steps(trace)
+                out_of_memory: r.OutOfMemory | None = None,
+                steps: list | None = None) -> rules.Facts:
+    """Every analysis the rules read, computed once (arguments as :func:`diagnose`'s;
+    ``steps`` when the caller found them already)."""
+    steps = find_steps(trace) if steps is None else steps
     breakdown = step_breakdown(trace, steps)
     nesting = op_nesting(trace)
     gpu = trace.has_device_activity

@@ -21,7 +21,7 @@ from typing import Literal
 import msgspec
 
 from torchtriage.diagnosis import thresholds as th
-from torchtriage.diagnosis.result import Diagnosis, Evidence, Finding
+from torchtriage.diagnosis.result import Diagnosis, Evidence, Finding, SkippedFile
 from torchtriage.diagnosis.vocabulary import Confidence, Layer
 from torchtriage.document import JsonDocument
 from torchtriage.version import __version__
@@ -62,6 +62,7 @@ class JobDiagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     # How rank 0 got the per-rank diagnoses: "torchrun store" (each rank diagnosed its own
     # trace where it ran) or "run directory" (traces read from a shared directory).
     gathered_via: Literal["torchrun store", "run directory"] = "run directory"
+    skipped: list[SkippedFile] = []  # files at the path that could not be diagnosed
 
     @property
     def rank_diagnoses(self) -> list[Diagnosis]:

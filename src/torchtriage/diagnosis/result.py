@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import msgspec
 
-from torchtriage.diagnosis.vocabulary import Confidence, Layer, Severity, TraceMode
+from torchtriage.diagnosis.vocabulary import (
+    Confidence,
+    DataQualityAction,
+    DataQualityKind,
+    Layer,
+    Severity,
+    TraceMode,
+)
 from torchtriage.document import JsonDocument
 
 SCHEMA = "torchtriage.diagnosis/1"
@@ -275,6 +282,23 @@ class WindowCheck(msgspec.Struct, kw_only=True):
     threshold: float = 0.25  # window_drift
 
 
+class DataQualityIssue(msgspec.Struct, kw_only=True):
+    """One kind of impossible timing in the trace, how many, and what was done with them
+    (``trace/quality.py``; zero-length steps: ``analysis/steps.py``)."""
+
+    kind: DataQualityKind
+    count: int
+    action: DataQualityAction
+    of: int  # the complete events read (for zero_length_step: the steps found)
+
+
+class SkippedFile(msgspec.Struct, kw_only=True):
+    """A file at the analysed path that could not be diagnosed, and why."""
+
+    path: str
+    reason: str  # the one-line error it gave, without its path
+
+
 class CaptureInfo(msgspec.Struct, kw_only=True):
     """How ``torchtriage.profile`` ran (absent for traces captured elsewhere)."""
 
@@ -320,6 +344,8 @@ class Diagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     out_of_memory: OutOfMemory | None = None  # the run ran out of memory: what it said
     window: WindowCheck | None = None  # torchtriage run: whether the window was steady state
     superseded_windows: list[WindowCheck] = []  # earlier windows that were not, profiled again
+    data_quality: list[DataQualityIssue] = []  # impossible timings dropped or clamped
+    skipped: list[SkippedFile] = []  # other files at the path that could not be diagnosed
 
     @property
     def rank_diagnoses(self) -> list[Diagnosis]:

@@ -208,6 +208,24 @@ WINDOW_CHECK_STEPS = Threshold(
     "torchtriage default: a median of 5 is robust to one odd step",
 )
 
+TIMING_DAMAGE_LOWER = Threshold(
+    "timing_damage_lower", 0.001, "share of complete events",
+    "events whose timing was impossible and was dropped or clamped (no ts, a negative dur, a "
+    "dur past the trace's span; exact duplicates, whose dropping restores the trace, not "
+    "counted) at or above which the confidence is one level lower",
+    "torchtriage default: one damaged event can hide a whole step's worth of time (a "
+    "ProfilerStep, a DataLoader wait), so no share is harmless; 1 in 1,000 is past the stray "
+    "event of an exporter, where a verdict should stop claiming its full confidence",
+)
+TIMING_DAMAGE_REFUSE = Threshold(
+    "timing_damage_refuse", 0.10, "share of complete events",
+    "the same share at or above which no verdict is given (one-line error, exit 2; in a "
+    "directory of traces the file is listed as skipped)",
+    "torchtriage default: a layer's share is the time of its events, and the verdict's "
+    "confidence bands are 10 and 25 points of step time (confidence_medium_margin, "
+    "confidence_high_margin); with a tenth of the events unusable, the time they held can "
+    "move the leading layers by more than the medium band, so a verdict would be a guess",
+)
 ALL: tuple[Threshold, ...] = (
     WINDOW_DRIFT,
     WINDOW_CHECK_STEPS,
@@ -237,4 +255,6 @@ ALL: tuple[Threshold, ...] = (
     CONFIDENCE_HIGH_MARGIN,
     CONFIDENCE_MEDIUM_MARGIN,
     MIN_STEPS_FOR_CONFIDENCE,
+    TIMING_DAMAGE_LOWER,
+    TIMING_DAMAGE_REFUSE,
 )

@@ -9,6 +9,11 @@ core and per trace, and one per :data:`JSON_PER_WORKER` of JSON, since a process
 start than a small trace takes to diagnose. Workers send back the diagnosis as msgpack bytes
 (a compact msgspec struct) and, when asked, the small per-trace report detail (timeline lanes
 and memory curves), never the loaded trace tables.
+
+A file that cannot be diagnosed (not a trace, truncated, an execution trace, timings past
+use: any :class:`TraceError`) does not fail the others: it is listed in the document's
+``skipped`` with its one-line reason, and the error is raised only when no file could be
+diagnosed, or with ``strict``.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from torchtriage.analysis.memory import MemoryCurve, memory_curves
 from torchtriage.analysis.steps import find_steps
 from torchtriage.diagnosis.diagnose import diagnose
 from torchtriage.diagnosis.job import JobDiagnosis, diagnose_job
-from torchtriage.diagnosis.result import Diagnosis, OutOfMemory, WindowCheck
+from torchtriage.diagnosis.result import Diagnosis, OutOfMemory, SkippedFile, WindowCheck
 from torchtriage.errors import TraceError
 from torchtriage.trace.discover import find_trace_files, rank_of_trace_file
 from torchtriage.trace.ingest import MEMORY_LIMIT_ENV, default_memory_limit, load_trace
@@ -58,6 +63,8 @@ class DiagnoseOptions(msgspec.Struct, frozen=True):
         workers: processes for several traces (default: one per core, at most one per trace
             and one per :data:`JSON_PER_WORKER` of JSON); 1: this process only, a single
             trace's load included.
+        strict: a file that cannot be diagnosed fails the whole call (default: it is listed
+            in ``skipped`` and the others are diagnosed).
     """
 
     device_memory: int | None = None
@@ -67,6 +74,7 @@ class DiagnoseOptions(msgspec.Struct, frozen=True):
     out_of_memory: Mapping[int, OutOfMemory] | None = None
     windows: Mapping[int, list[WindowCheck]] | None = None
     workers: int | None = None
+    strict: bool = False
 
 
 class TraceDetail(msgspec.Struct, frozen=True):
@@ -85,23 +93,28 @@ def diagnose_traces(paths: TracePaths, options: DiagnoseOptions | None = None
         (``.rank_diagnoses`` gives the per-rank list either way).
 
     Raises:
-        TraceError: a path that does not exist, holds no trace, or is not a Kineto trace.
+        TraceError: a path that does not exist or holds no trace file; no file that could be
+            diagnosed; with ``strict``, any file that could not.
     """
-    return _combine([d for d, _ in _run(paths, options or DiagnoseOptions(), False)])
+    pairs, skipped = _run(paths, options or DiagnoseOptions(), False)
+    return _combine([d for d, _ in pairs], skipped)
 
 
 def diagnose_traces_with_detail(paths: TracePaths, options: DiagnoseOptions | None = None
                                 ) -> tuple[Diagnosis | JobDiagnosis, list[TraceDetail]]:
     """:func:`diagnose_traces`, also returning each trace's :class:`TraceDetail` (rank order)
     for the HTML report, from the same load."""
-    pairs = _run(paths, options or DiagnoseOptions(), True)
-    doc = _combine([d for d, _ in pairs])
+    pairs, skipped = _run(paths, options or DiagnoseOptions(), True)
+    doc = _combine([d for d, _ in pairs], skipped)
     detail = {id(d): t for d, t in pairs}
     return doc, [detail[id(d)] for d in doc.rank_diagnoses]
 
 
-def _combine(diagnoses: list[Diagnosis]) -> Diagnosis | JobDiagnosis:
-    return diagnoses[0] if len(diagnoses) == 1 else diagnose_job(diagnoses)
+def _combine(diagnoses: list[Diagnosis], skipped: list[SkippedFile]
+             ) -> Diagnosis | JobDiagnosis:
+    doc = diagnoses[0] if len(diagnoses) == 1 else diagnose_job(diagnoses)
+    doc.skipped = skipped
+    return doc
 
 
 def _files(paths: TracePaths, stdin: Path | None = None) -> list[Path]:
@@ -153,29 +166,56 @@ def _stdin_spool(paths: TracePaths) -> Iterator[Path | None]:
         yield target
 
 
+Outcome = tuple[Diagnosis, TraceDetail | None] | TraceError
+
+
 def _run(paths: TracePaths, options: DiagnoseOptions, detail: bool
-         ) -> list[tuple[Diagnosis, TraceDetail | None]]:
+         ) -> tuple[list[tuple[Diagnosis, TraceDetail | None]], list[SkippedFile]]:
     with _stdin_spool(paths) as stdin:
         if stdin is None:
-            return _run_files(_files(paths), options, detail)
+            return _sorted_out(_files(paths), options, detail)
         try:
-            pairs = _run_files(_files(paths, stdin), options, detail)
+            pairs, skipped = _sorted_out(_files(paths, stdin), options, detail)
         except TraceError as exc:
             raise TraceError(str(exc).replace(str(stdin), STDIN)) from None
     for d, _ in pairs:
         if d.trace.path == str(stdin):
             d.trace.path = STDIN
-    return pairs
+    for f in skipped:
+        if f.path == str(stdin):
+            f.path = STDIN
+    return pairs, skipped
 
 
-def _run_files(files: list[Path], options: DiagnoseOptions, detail: bool
-               ) -> list[tuple[Diagnosis, TraceDetail | None]]:
+def _sorted_out(files: list[Path], options: DiagnoseOptions, detail: bool
+                ) -> tuple[list[tuple[Diagnosis, TraceDetail | None]], list[SkippedFile]]:
+    """The diagnosed files, and those that could not be, with why (see the module
+    docstring for when that is an error)."""
+    outcomes = _run_files(files, options, detail)
+    failed = [(f, o) for f, o in zip(files, outcomes, strict=True) if isinstance(o, TraceError)]
+    if failed and (options.strict or len(failed) == len(files)):
+        if len(failed) == 1:
+            raise failed[0][1]
+        listed = "; ".join(str(e) for _, e in failed)
+        read = len(files) - len(failed)
+        raise TraceError(f"{f'only {read}' if read else 'none'} of the {len(files)} trace files "
+                         f"could be read{' (--strict)' if read else ''}: {listed}")
+    return ([o for o in outcomes if not isinstance(o, TraceError)],
+            [SkippedFile(path=str(f), reason=_reason(str(e), f)) for f, e in failed])
+
+
+def _reason(message: str, path: Path) -> str:
+    """A one-line error without the path it starts with."""
+    return message[len(f"{path}: "):] if message.startswith(f"{path}: ") else message
+
+
+def _run_files(files: list[Path], options: DiagnoseOptions, detail: bool) -> list[Outcome]:
     workers = _pool_size(files, options.workers)
     if workers <= 1:
         # one trace may be decoded by a second process, unless one process was asked for
         # (the bootstrap diagnoses inside the training process, at its exit: no fork there)
         alone = len(files) == 1 and options.workers != 1
-        return [_diagnose_file(p, options, None, detail, alone) for p in files]
+        return [_attempt(p, options, None, detail, alone) for p in files]
     # imported here: concurrent.futures registers an atexit hook on import, which fails when
     # this runs at interpreter exit (the bootstrap's rank 0 diagnoses its run at exit)
     from concurrent.futures import ProcessPoolExecutor
@@ -187,7 +227,8 @@ def _run_files(files: list[Path], options: DiagnoseOptions, detail: bool
         packed = list(pool.map(_diagnose_packed, files, [options] * n, [share] * n,
                                [detail] * n))
     unpack = msgspec.msgpack.Decoder(Diagnosis)
-    return [(unpack.decode(doc), extra) for doc, extra in packed]
+    return [TraceError(extra) if doc is None else (unpack.decode(doc), extra)
+            for doc, extra in packed]
 
 
 def _pool_size(files: list[Path], workers: int | None) -> int:
@@ -200,10 +241,23 @@ def _pool_size(files: list[Path], workers: int | None) -> int:
 
 
 def _diagnose_packed(path: Path, options: DiagnoseOptions, memory_limit: int | None,
-                     detail: bool) -> tuple[bytes, TraceDetail | None]:
-    """:func:`_diagnose_file` in a pool process: the diagnosis as msgpack, one decoder."""
-    diagnosis, extra = _diagnose_file(path, options, memory_limit, detail, False)
+                     detail: bool) -> tuple[bytes | None, TraceDetail | str | None]:
+    """:func:`_diagnose_file` in a pool process: the diagnosis as msgpack, one decoder; a
+    file that cannot be diagnosed gives (None, its one-line error)."""
+    outcome = _attempt(path, options, memory_limit, detail, False)
+    if isinstance(outcome, TraceError):
+        return None, str(outcome)
+    diagnosis, extra = outcome
     return msgspec.msgpack.encode(diagnosis), extra
+
+
+def _attempt(path: Path, options: DiagnoseOptions, memory_limit: int | None, detail: bool,
+             alone: bool) -> Outcome:
+    """:func:`_diagnose_file`, or the one-line error of a file that cannot be diagnosed."""
+    try:
+        return _diagnose_file(path, options, memory_limit, detail, alone)
+    except TraceError as exc:
+        return exc
 
 
 def _diagnose_file(path: Path, options: DiagnoseOptions, memory_limit: int | None,

@@ -11,6 +11,11 @@ Layer = Literal["data_loading", "host", "kernel", "communication", "memory"]
 Confidence = Literal["low", "medium", "high"]
 Severity = Literal["info", "warning", "critical"]
 TraceMode = Literal["gpu", "cpu"]
+# Impossible timings found in a trace (trace/quality.py; zero-length steps: analysis/steps.py)
+# and what was done with them.
+DataQualityKind = Literal["missing_ts", "negative_duration", "duration_past_span", "duplicate",
+                          "zero_length_step"]
+DataQualityAction = Literal["dropped", "clamped to 0", "left out of the steps"]
 
 LAYERS: dict[str, str] = {
     "data_loading": "the input pipeline: DataLoader work or waits, host-to-device input copies",

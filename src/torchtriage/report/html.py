@@ -125,6 +125,10 @@ def diagnosis_page(doc: Diagnosis | JobDiagnosis, details: list[TraceDetail] | N
     page = Page(title)
     page.add(f"<h1>{esc(title)}</h1><div class=\"muted\">torchtriage "
              f"{esc(diagnoses[0].tool_version)}</div>")
+    if doc.skipped:
+        listed = "".join(f"<li>{esc(f.path)}: {esc(f.reason)}</li>" for f in doc.skipped)
+        page.add(f'<section id="skipped"><h3>Skipped {len(doc.skipped)} file(s) that could '
+                 f'not be read</h3><ul>{listed}</ul></section>')
     if isinstance(doc, JobDiagnosis):
         _job_sections(page, doc, diagnoses)
     traces: list[TraceDetail | None] = list(details) if details else [None] * len(diagnoses)

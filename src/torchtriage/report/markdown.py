@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from torchtriage.diagnosis.data_quality import describe
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.report.text import printable
@@ -43,6 +44,9 @@ def diagnosis_markdown(doc: Diagnosis | JobDiagnosis) -> str:
     if isinstance(doc, JobDiagnosis):
         lines += [f"## torchtriage: job bottleneck **{doc.primary}**", "", prose(doc.summary),
                   ""]
+    if doc.skipped:
+        lines += [f"Skipped {len(doc.skipped)} file(s) that could not be read: "
+                  + "; ".join(f"{code(f.path)} ({prose(f.reason)})" for f in doc.skipped), ""]
     for d in diagnoses:
         rank = f" (rank {d.trace.rank})" if d.trace.rank is not None and len(diagnoses) > 1 \
             else ""
@@ -50,6 +54,8 @@ def diagnosis_markdown(doc: Diagnosis | JobDiagnosis) -> str:
                   prose(d.summary), "", "| layer | share | ms |", "|---|---|---|"]
         lines += [f"| {layer} | {r.share:.1%} | {r.time_ms:.1f} |"
                   for layer, r in d.layers.items()]
+        if d.data_quality:
+            lines += ["", f"Data quality: {prose(describe(d.data_quality))}"]
         if d.prescriptions:
             lines += ["", "**What to fix first**", ""]
             for i, p in enumerate(d.prescriptions[:5], 1):

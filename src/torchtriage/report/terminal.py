@@ -8,8 +8,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from torchtriage.diagnosis.data_quality import describe
 from torchtriage.diagnosis.job import JobDiagnosis
-from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.diagnosis.result import Diagnosis, SkippedFile
 from torchtriage.report.text import add_row, plain
 
 _MAX_STEP_COLUMNS = 8
@@ -22,7 +23,12 @@ def renderable(d: Diagnosis) -> RenderableType:
         if d.missing:
             parts.append(_missing(d))
         return Group(*parts)
-    parts = [_header(d), _layers(d), _breakdown(d)]
+    parts = [_header(d)]
+    if d.data_quality:
+        parts.append(_labelled("Data quality: ", describe(d.data_quality), "yellow"))
+    if d.skipped:
+        parts.append(_skipped(d.skipped))
+    parts += [_layers(d), _breakdown(d)]
     if d.findings:
         parts.append(_findings(d))
     if d.prescriptions or d.withheld:
@@ -290,6 +296,18 @@ def _missing(d: Diagnosis) -> Text:
     return text
 
 
+def _labelled(label: str, body: str, style: str) -> Text:
+    text = plain(label, style=f"bold {style}")
+    text.append(plain(body + "\n", style=style))
+    return text
+
+
+def _skipped(files: list[SkippedFile]) -> Text:
+    """The files at the path that could not be diagnosed, each with why."""
+    return _labelled(f"Skipped {len(files)} file(s) that could not be read: ",
+                     "; ".join(f"{f.path} ({f.reason})" for f in files), "yellow")
+
+
 def _memory(d: Diagnosis) -> Table:
     t = Table(title="Memory peaks", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("device", "peak allocated", "peak reserved", "capacity", "peak / capacity"):
@@ -336,7 +354,14 @@ def job_renderable(job: JobDiagnosis) -> RenderableType:
                       *[f"{r.shares[x]:.1%}" for x in layers],
                       style="bold red" if r.rank == straggler else None)
     parts: list[RenderableType] = [Panel(head, title="torchtriage · job", title_align="left",
-                                         box=box.ROUNDED), table]
+                                         box=box.ROUNDED)]
+    if job.skipped:
+        parts.append(_skipped(job.skipped))
+    parts.append(table)
+    for d in job.diagnoses:
+        if d.data_quality:
+            parts.append(_labelled(f"Data quality, rank {d.trace.rank}: ",
+                                   describe(d.data_quality), "yellow"))
     for f in job.findings:
         parts.append(plain(f"{f.severity}: {f.message}", style=_SEVERITY_STYLE.get(f.severity)))
     return Group(*parts)

@@ -35,7 +35,13 @@ def comparison_renderable(c: Comparison) -> RenderableType:
         add_row(deltas, d.category, d.layer, f"{d.a_ms:.2f}", f"{d.b_ms:.2f}",
                        plain(f"{d.delta_ms:+.2f}", style=_delta_style(d.delta_ms)))
     parts: list[RenderableType] = [Panel(head, title="torchtriage compare", expand=False),
-                                   sides, deltas]
+                                   sides]
+    for label, s in (("A", c.a), ("B", c.b)):
+        if s.skipped:
+            parts.append(plain(f"{label}: skipped {len(s.skipped)} file(s) that could not be "
+                               "read: " + "; ".join(f"{f.path} ({f.reason})"
+                                                    for f in s.skipped), style="yellow"))
+    parts.append(deltas)
     for title, rows in (("Host ops (self time)", c.ops), ("Device ops", c.device_ops)):
         if rows:
             parts.append(_op_table(title, rows))

@@ -8,6 +8,7 @@ from typing import Literal
 
 import msgspec
 
+from torchtriage.diagnosis.result import SkippedFile
 from torchtriage.document import JsonDocument
 from torchtriage.results.ab import Parity, SpeedVerdict
 from torchtriage.version import __version__
@@ -24,6 +25,7 @@ class Side(msgspec.Struct, kw_only=True):
     primary: str  # the side's bottleneck layer
     step_ms: list[float]  # every analysed step (the slowest rank at each)
     outlier_steps: list[int] = []  # step numbers set aside from median_step_ms and the interval
+    skipped: list[SkippedFile] = []  # files at the path that could not be read
 
 
 class CategoryDelta(msgspec.Struct, kw_only=True):

@@ -143,6 +143,8 @@ class ChunkColumns(msgspec.Struct, array_like=True, gc=False):
     # (row, collective label, elements, group size, dtype label) of the rows that carry them
     collectives: list[tuple[int, int, int, int, int]]
     memory: bytes  # float64 [n, 6]: ts, allocated, reserved, bytes, device type, device id
+    no_ts: int = 0  # complete events without a ts: left out (counted for trace/quality.py)
+    negative_dur: int = 0  # complete events with a negative dur: clamped to 0 (counted too)
 
     @property
     def nbytes(self) -> int:
@@ -214,8 +216,12 @@ def _collective(name: str, a: Any, label) -> tuple[int, int, int, int]:
 def _strict_columns(raw_events: list[Any]) -> ChunkColumns:
     """Columns of events decoded by the strict decoder: a pass per column or two, in C where
     it can be (``map``, ``numpy.fromiter``), and none per event for the rare fields."""
-    xs = [e for e in raw_events
-          if type(e) is _StrictComplete and e.ts is not None and e.name != "[memory]"]
+    xs = [e for e in raw_events if type(e) is _StrictComplete and e.name != "[memory]"]
+    starts = [e.ts for e in xs]
+    no_ts = starts.count(None)  # a C scan; the filter below runs only when there are some
+    if no_ts:
+        xs = [e for e in xs if e.ts is not None]
+        starts = [e.ts for e in xs]
     n = len(xs)
     args = [e.args for e in xs]
 
@@ -244,21 +250,23 @@ def _strict_columns(raw_events: list[Any]) -> ChunkColumns:
     mem_rows = [(e.ts, a.total_allocated, a.total_reserved, a.mem_bytes, a.device_type,
                  a.device_id) for e in raw_events if type(e) in _NAMED and e.name == "[memory]"
                 for a in (e.args,) if e.ts is not None and a.total_allocated is not None]
+    dur = np.fromiter([e.dur or 0.0 for e in xs], np.float64, n)
+    negative = int(np.count_nonzero(dur < 0))
     return ChunkColumns(
         rows=n,
         kind=np.fromiter(map(CATEGORY_KIND.get, [e.cat for e in xs], [_OTHER] * n), np.int8,
                          n).tobytes(),
         thread_id=thread_id.tobytes(),
-        ts=np.fromiter([e.ts for e in xs], np.float64, n).tobytes(),
-        dur=np.maximum(np.fromiter([e.dur or 0.0 for e in xs], np.float64, n),
-                       0.0).tobytes(),
+        ts=np.fromiter(starts, np.float64, n).tobytes(),
+        dur=(np.maximum(dur, 0.0) if negative else dur).tobytes(),
         ints=np.column_stack([external, column([a.correlation for a in args]),
                               column([a.stream for a in args]),
                               column([a.device for a in args]), column([a.bytes for a in args]),
                               shape_off, name_id]).tobytes(),
         shape_length=shape_len.tobytes(), names=names, threads=threads,
         labels=list(ids.labels), blob=bytes(blob), collectives=collectives,
-        memory=np.asarray(mem_rows, dtype=np.float64).tobytes() if mem_rows else b"")
+        memory=np.asarray(mem_rows, dtype=np.float64).tobytes() if mem_rows else b"",
+        no_ts=no_ts, negative_dur=negative)
 
 
 def _lenient_columns(raw_events: list[Any]) -> ChunkColumns:
@@ -274,6 +282,7 @@ def _lenient_columns(raw_events: list[Any]) -> ChunkColumns:
     shape_len: list[int] = []
     collectives: list[tuple[int, int, int, int, int]] = []
     mem_rows: list[tuple[float, int, int, int, int, int]] = []
+    no_ts = negative = 0
     for ev in raw_events:
         a = ev.args
         if ev.name == "[memory]":
@@ -283,12 +292,14 @@ def _lenient_columns(raw_events: list[Any]) -> ChunkColumns:
                                  _int(a.device_id)))
             continue
         if ev.ph != "X" or ev.ts is None:
+            no_ts += ev.ph == "X"
             continue
         row = len(ts)
         kinds.append(CATEGORY_KIND.get(ev.cat, _OTHER))
         thread_ids.append(threads.setdefault((ev.pid, ev.tid), len(threads)))
         ts.append(ev.ts)
         dur.append(ev.dur if ev.dur is not None and ev.dur > 0 else 0.0)
+        negative += ev.dur is not None and ev.dur < 0
         name_id = names.setdefault(ev.name, len(names))
         if a is None:
             if ev.name.startswith("gloo:"):
@@ -315,7 +326,8 @@ def _lenient_columns(raw_events: list[Any]) -> ChunkColumns:
         shape_length=np.asarray(shape_len, np.int32).tobytes(), names=list(names),
         threads=list(threads), labels=list(ids.labels), blob=bytes(blob),
         collectives=collectives,
-        memory=np.asarray(mem_rows, dtype=np.float64).tobytes() if mem_rows else b"")
+        memory=np.asarray(mem_rows, dtype=np.float64).tobytes() if mem_rows else b"",
+        no_ts=no_ts, negative_dur=negative)
 
 
 class TableBuilder:
@@ -333,12 +345,16 @@ class TableBuilder:
         self.memory_parts: list[np.ndarray] = []
         self.rows = 0
         self.nbytes = 0  # of the tables so far
+        self.no_ts = 0  # complete events left out for want of a ts
+        self.negative_dur = 0  # complete events whose negative dur was clamped to 0
 
     def add(self, chunk: ChunkColumns) -> None:
         n = chunk.rows
         if chunk.memory:
             self.memory_parts.append(np.frombuffer(chunk.memory, np.float64).reshape(-1, 6))
         self.nbytes += chunk.nbytes
+        self.no_ts += chunk.no_ts
+        self.negative_dur += chunk.negative_dur
         if not n:
             return
         ints = np.frombuffer(chunk.ints, np.int64).reshape(n, len(_INT_COLUMNS))

@@ -17,6 +17,7 @@ complete event (Python exporter); missing ``deviceProperties`` / ``distributedIn
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import msgspec
 from torchtriage.errors import TorchtriageError, TraceError
 from torchtriage.trace.columns import ChunkColumns, TableBuilder, decode_chunk
 from torchtriage.trace.model import DeviceInfo, Trace, TraceMeta
+from torchtriage.trace.quality import check_timings
 from torchtriage.trace.stream import EventChunks
 
 _NO_RAW = msgspec.Raw(b"")
@@ -130,11 +132,7 @@ def load_trace(path: str | os.PathLike[str], memory_limit: int | None = None,
             raise TraceError(f"{path}: empty file")
         parsed = _DECODER.decode(chunks.outside)
     except msgspec.ValidationError as exc:
-        if str(exc).startswith("Expected `object`"):
-            raise TraceError(
-                f"{path}: not a Kineto trace (top level is not a JSON object)"
-            ) from None
-        raise TraceError(f"{path}: not a Kineto trace ({exc})") from None
+        raise TraceError(f"{path}: not a Kineto trace ({_invalid(exc)})") from None
     except msgspec.DecodeError as exc:
         raise TraceError(f"{path}: not valid JSON ({exc})") from None
     if not chunks.found_events:
@@ -144,9 +142,28 @@ def load_trace(path: str | os.PathLike[str], memory_limit: int | None = None,
             )
         raise TraceError(f"{path}: JSON without 'traceEvents': not a Kineto trace")
     events, memory = tables.finish()
+    events, timing = check_timings(events, tables.no_ts, tables.negative_dur)
     if len(events) == 0:
-        raise TraceError(f"{path}: empty trace (no complete events)")
-    return Trace(events=events, memory=memory, meta=_meta(path, parsed, chunks.raw_bytes))
+        raise TraceError(f"{path}: empty trace (no complete events" + (
+            f"; {tables.no_ts:,} without a timestamp)" if tables.no_ts else ")"))
+    meta = msgspec.structs.replace(_meta(path, parsed, chunks.raw_bytes), timing=timing)
+    return Trace(events=events, memory=memory, meta=meta)
+
+
+def _invalid(exc: msgspec.ValidationError) -> str:
+    """What a validation error says about the file. A chunk of events is decoded as an array
+    of its own, so ``$[i]`` is an entry of ``traceEvents`` (its index is the chunk's: not
+    said); the top level is decoded as itself (no path)."""
+    text = str(exc)
+    what, _, where = text.partition(" - at `")
+    if what.startswith("Expected `object`") and not where:
+        return "top level is not a JSON object"
+    if what.startswith("Expected `object`") and re.fullmatch(r"\$\[\d+\]`", where):
+        return f"traceEvents holds an entry that is not an event object: {what.lower()}"
+    field = re.fullmatch(r"\$\[\d+\]\.(.+)`", where)
+    if field:  # the chunk's index would mislead: the field alone
+        return f"{what} in an event's {field.group(1)}"
+    return text
 
 
 def _size(n: int) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
@@ -152,6 +152,36 @@ class DeviceInfo(msgspec.Struct, frozen=True):
     num_sms: int
 
 
+TimingIssueKind = Literal["missing_ts", "negative_duration", "duration_past_span", "duplicate"]
+TimingAction = Literal["dropped", "clamped to 0"]
+# Exact copies carry no information: dropping them restores the trace.
+LOSSLESS_TIMING_ISSUES: frozenset[str] = frozenset({"duplicate"})
+
+
+class TimingIssue(msgspec.Struct, frozen=True):
+    """One kind of impossible timing: how many events had it and what was done with them."""
+
+    kind: TimingIssueKind
+    count: int
+    action: TimingAction
+
+
+class TimingCheck(msgspec.Struct, frozen=True):
+    """What ``trace/quality.py`` found in a trace (no issues: a clean trace)."""
+
+    events_read: int = 0  # complete events in the file, before any was dropped
+    issues: tuple[TimingIssue, ...] = ()
+
+    @property
+    def damaged(self) -> int:
+        """Events whose timing was lost or changed (exact duplicates not counted)."""
+        return sum(i.count for i in self.issues if i.kind not in LOSSLESS_TIMING_ISSUES)
+
+    @property
+    def damaged_share(self) -> float:
+        return self.damaged / self.events_read if self.events_read else 0.0
+
+
 class TraceMeta(msgspec.Struct, frozen=True):
     """Top-level facts of the trace file."""
 
@@ -164,6 +194,7 @@ class TraceMeta(msgspec.Struct, frozen=True):
     # What torchtriage's own capture wrote into the trace (warm-up and partial steps).
     torchtriage: dict[str, Any] = msgspec.field(default_factory=dict)
     raw_bytes: int = 0
+    timing: TimingCheck = TimingCheck()  # impossible timings dropped or clamped at load
 
 
 class Trace(msgspec.Struct, frozen=True, dict=True):

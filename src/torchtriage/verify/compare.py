@@ -35,17 +35,20 @@ def compare(
     *,
     min_effect: float = policy.MIN_EFFECT.value,
     device_memory: int | None = None,
+    strict: bool = False,
 ) -> Comparison:
-    """Compare profile ``b`` against baseline ``a`` (see the module docstring).
+    """Compare profile ``b`` against baseline ``a`` (see the module docstring). Files of a
+    side that cannot be read are listed in its ``skipped`` (an error with ``strict``).
 
     Raises:
-        TraceError: either side is not a readable trace, or has no analysed steps.
+        TraceError: either side has no readable trace, or has no analysed steps.
     """
-    options = DiagnoseOptions(device_memory=device_memory, top=1_000_000)
-    side_a = diagnose_traces(a, options).rank_diagnoses
-    side_b = diagnose_traces(b, options).rank_diagnoses
-    return compare_diagnoses(side_a, side_b, str(a), str(b), min_effect=min_effect,
-                             parity=_parity(Path(a), Path(b)))
+    options = DiagnoseOptions(device_memory=device_memory, top=1_000_000, strict=strict)
+    doc_a, doc_b = diagnose_traces(a, options), diagnose_traces(b, options)
+    comparison = compare_diagnoses(doc_a.rank_diagnoses, doc_b.rank_diagnoses, str(a), str(b),
+                                   min_effect=min_effect, parity=_parity(Path(a), Path(b)))
+    comparison.a.skipped, comparison.b.skipped = doc_a.skipped, doc_b.skipped
+    return comparison
 
 
 def compare_diagnoses(

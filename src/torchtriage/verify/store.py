@@ -4,6 +4,9 @@ Location: ``--store PATH``, else ``$TORCHTRIAGE_STORE``, else
 ``$XDG_DATA_HOME/torchtriage/runs.sqlite`` (``~/.local/share/...``). The database runs in WAL
 mode and commits after every row, so a harness killed with SIGKILL loses at most the trial it
 was running; a run whose process is gone without finishing reads back as ``interrupted``.
+Opening checks the file's structure (SQLite's ``quick_check``, about 0.5 ms per MB): a damaged
+store is refused with one line saying so, never read as one that lacks a run or written into
+as if it were sound; a record whose text no longer decodes is refused the same way.
 Results are stored as the JSON documents the commands print, so ``torchtriage show ID``
 renders them again exactly.
 """
@@ -99,13 +102,24 @@ class RunStore:
             if tables and "runs" not in tables:
                 raise TorchtriageError(f"{self.path} is an SQLite file but not a torchtriage "
                                        "run store")
+            problem = self._db.execute("PRAGMA quick_check(1)").fetchone()[0]
+            if problem != "ok":
+                raise self._damaged(problem)
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        except sqlite3.DatabaseError as exc:
-            raise TorchtriageError(f"cannot use run store {self.path}: {exc}") from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            # a malformed schema is a text that is not UTF-8 as well as a DatabaseError
+            if isinstance(exc, UnicodeDecodeError) or "malformed" in str(exc):
+                raise self._damaged(exc) from None
+            raise TorchtriageError(f"cannot use run store {self.path}: {_line(exc)}") from None
         except OSError as exc:
             raise TorchtriageError(f"cannot create run store {self.path}: "
                                    f"{exc.strerror or exc}") from None
+
+    def _damaged(self, problem: object) -> TorchtriageError:
+        return TorchtriageError(
+            f"run store {self.path} is damaged ({_line(problem)}); move it aside (a new store "
+            f"starts in its place) or recover what it holds with: sqlite3 {self.path} .recover")
 
     def close(self) -> None:
         self._db.close()
@@ -146,7 +160,7 @@ class RunStore:
         try:
             return self._db.execute(sql, params)  # autocommit: one transaction per row
         except sqlite3.DatabaseError as exc:
-            raise TorchtriageError(f"cannot write run store {self.path}: {exc}") from None
+            raise TorchtriageError(f"cannot write run store {self.path}: {_line(exc)}") from None
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -176,16 +190,31 @@ class RunStore:
         try:
             return self._db.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as exc:
-            raise TorchtriageError(f"cannot read run store {self.path}: {exc}") from None
+            if "decode" in str(exc):  # "Could not decode to UTF-8 column ... with text ..."
+                raise self._damaged("a record's text is not UTF-8") from None
+            raise TorchtriageError(f"cannot read run store {self.path}: {_line(exc)}") from None
 
     def _row(self, r: tuple) -> RunRow:
         (run_id, kind, created, finished, status, host, pid, _cwd, command, knobs, out_dir,
          summary, result) = r
         if status == "running" and not _alive(host, pid):
             status = "interrupted"
+        try:
+            decoded = (json.loads(command), json.loads(knobs),
+                       json.loads(result) if result else None)
+            if not isinstance(decoded[1], dict) or not isinstance(decoded[2], dict | None):
+                raise ValueError("not a JSON object")
+        except (TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+            raise self._damaged(f"run {run_id}'s record does not decode: {exc}") from None
         return RunRow(id=run_id, kind=kind, created=created, finished=finished, status=status,
-                      command=json.loads(command), knobs=json.loads(knobs), out_dir=out_dir,
-                      summary=summary, result=json.loads(result) if result else None)
+                      command=decoded[0], knobs=decoded[1], out_dir=out_dir, summary=summary,
+                      result=decoded[2])
+
+
+def _line(problem: object, limit: int = 160) -> str:
+    """SQLite's message as one short line (a decoding error quotes the whole text)."""
+    text = " ".join(str(problem).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _alive(host: str, pid: int) -> bool:
