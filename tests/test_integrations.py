@@ -177,6 +177,43 @@ def test_lightning_run_too_short_for_the_window_says_so_and_trains_on(tmp_path, 
         assert record.steps_detected == 4
 
 
+def test_lightning_failure_inside_the_window_keeps_the_trace_and_the_exception(tmp_path,
+                                                                                verdicts):
+    import lightning.pytorch as pl
+
+    from torchtriage.integrations.lightning import LOGGER, TorchtriageCallback
+
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        from lightning_ddp import Tiny
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+    class Failing(Tiny):
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 6:  # step 7, the third profiled step
+                raise ValueError("the user's own error")
+            return super().training_step(batch, batch_idx)
+
+    logged = verdicts(LOGGER)
+    callback = TorchtriageCallback()
+    trainer = pl.Trainer(default_root_dir=tmp_path, max_steps=STEPS, accelerator="cpu",
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[callback])
+    data = torch.utils.data.TensorDataset(torch.randn(256, 32), torch.randn(256, 1))
+    with pytest.raises(ValueError, match="the user's own error"):
+        trainer.fit(Failing(), torch.utils.data.DataLoader(data, batch_size=8))
+
+    out = tmp_path / "torchtriage"
+    files = _files(out)
+    assert all(len(v) == 1 for v in files.values()), files
+    doc = read_document(files["diagnosis"][0].read_bytes())
+    # steps 5 and 6 finished inside the window (ProfilerStep#3, #4); step 7 is partial
+    assert doc.trace.steps_analyzed == [3, 4]
+    assert doc.trace.steps_excluded["5"].startswith("partial")
+    assert any(line.startswith("torchtriage: ") for _, line in logged.lines)
+
+
 def test_lightning_ddp_ranks_write_their_traces_and_rank0_diagnoses_the_job(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])}
