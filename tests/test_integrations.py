@@ -70,6 +70,36 @@ def _check_window(diagnosis: Diagnosis, active: int = 5) -> None:
     assert analysed == list(range(window.first_step, window.last_step + 1))
 
 
+# --- the trainer-independent window ----------------------------------------------------------
+
+def test_a_window_profiled_again_and_cut_short_by_the_end_falls_back_to_the_first(tmp_path):
+    """Steps after the first window run 5x slower (a synthetic host clock, real ops under the
+    real profiler): the window was not steady state and is profiled again from step 15, but
+    training ends at step 17, in that window's warm-up. The first window is diagnosed, said
+    not steady state; the warm-up trace goes aside."""
+    from torchtriage.integrations.window import TrainerWindow
+
+    window = TrainerWindow(tmp_path / "out")
+    window.begin(tmp_path)
+    clock, now = window.clock, [0.0]
+    clock.tick = lambda: clock.ends.append(now[0])
+    x = torch.randn(64, 64)
+    for step in range(1, 18):
+        (x @ x).sum()
+        now[0] += 0.010 if step <= 10 else 0.050
+        window.step_ended(batch_size=4)
+    result = window.end()
+
+    out = tmp_path / "out"
+    traces = list(out.glob("rank0_*.pt.trace.json.gz"))
+    assert len(traces) == 1 and len(list((out / "superseded").glob("rank0_*"))) == 1
+    assert decode_record((out / "run.rank0.json").read_bytes()).trace == traces[0].name
+    doc = result.diagnosis
+    assert doc.window.first_step == 5 and doc.window.representative is False
+    _check_window(doc)
+    assert "steps 5-9; not steady state" in result.message
+
+
 # --- Lightning ---------------------------------------------------------------------------------
 
 def _lightning_fit(root: Path, callbacks: list, max_steps: int = STEPS, accumulate: int = 2):
@@ -246,8 +276,14 @@ class _Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def _hf_train(out: Path, callbacks: list):
+def _hf_train(out: Path, callbacks: list, fail_at: int | None = None):
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    class Failing(Trainer):
+        def compute_loss(self, *args, **kwargs):
+            if self.state.global_step == fail_at:
+                raise ValueError("the user's own error")
+            return super().compute_loss(*args, **kwargs)
 
     config = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2,
                         bos_token_id=0, eos_token_id=0)
@@ -257,7 +293,7 @@ def _hf_train(out: Path, callbacks: list):
         output_dir=str(out), max_steps=STEPS, per_device_train_batch_size=4,
         gradient_accumulation_steps=2, logging_steps=4, save_strategy="no", report_to="none",
         use_cpu=True, seed=0, disable_tqdm=True, dataloader_num_workers=0)
-    trainer = Trainer(model=model, args=args, train_dataset=_Tokens(), callbacks=callbacks)
+    trainer = Failing(model=model, args=args, train_dataset=_Tokens(), callbacks=callbacks)
     return trainer, trainer.train(), model
 
 
@@ -298,6 +334,22 @@ def test_transformers_callback_with_gradient_accumulation(tmp_path, verdicts):
     assert entry["torchtriage/primary"] == doc.primary and entry["step"] == STEPS
     assert entry["torchtriage/median_step_ms"] == pytest.approx(doc.breakdown.median_step_ms,
                                                                 abs=1e-3)
+
+
+def test_transformers_failure_inside_the_window_closes_the_profiler_on_close(tmp_path):
+    from torchtriage.integrations.transformers import TorchtriageCallback
+
+    callback = TorchtriageCallback()
+    with pytest.raises(ValueError, match="the user's own error"):
+        _hf_train(tmp_path, [callback], fail_at=6)  # in step 7, the third profiled step
+    assert torch.autograd.profiler._is_profiler_enabled  # no exception event: still open
+    callback.close()
+    assert not torch.autograd.profiler._is_profiler_enabled
+    out = tmp_path / "torchtriage"
+    assert len(list(out.glob("rank0_*.pt.trace.json.gz"))) == 1  # saved, not diagnosed
+    assert not (out / "diagnosis.json").exists()
+    record = decode_record((out / "run.rank0.json").read_bytes())
+    assert record.steps_detected == 6
 
 
 # --- optional --------------------------------------------------------------------------------

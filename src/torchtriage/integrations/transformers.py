@@ -17,13 +17,16 @@ are the trainer's logged ones (every ``logging_steps``). Under ``torchrun`` ever
 profiles the same steps and writes its own trace; the main process diagnoses the job once every
 rank's record is there. The verdict is logged at WARNING by default, the level transformers
 shows without ``log_level="info"``; it is also the last entry of ``trainer.state.log_history``.
-The Trainer has no event for an exception: a run that fails inside the window leaves no trace
-(``torchtriage run`` keeps one). What the window is and how it is placed:
+The Trainer has no event for an exception: after a run that failed inside the window the
+profiler stays open until :meth:`TorchtriageCallback.close` (in a notebook) or the process's
+exit, which saves the trace undiagnosed (``torchtriage analyze DIR``); the next ``train()``
+closes it too. What the window is and how it is placed:
 :mod:`torchtriage.integrations.window`.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 from pathlib import Path
 from typing import Any
@@ -67,13 +70,21 @@ class TorchtriageCallback(TrainerCallback):
         self.result: WindowResult | None = None  # on the main process, once training ended
         self._step_samples: int | None = None
         self._first_step = 0  # the trainer's global step when train() started (a resume)
+        self._at_exit = False
 
     @property
     def out(self) -> Path | None:
         """The run directory (known once training started)."""
         return self.window.out
 
+    def close(self) -> None:
+        """Close a profiling window that a failed ``train()`` left open, saving its trace."""
+        self.window.end_quietly()
+
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not self._at_exit:  # no exception event: a failed run's window closes at exit
+            self._at_exit = True
+            atexit.register(self.close)
         self.result = None
         self._step_samples = args.train_batch_size * args.gradient_accumulation_steps
         self._first_step = state.global_step

@@ -18,15 +18,16 @@ Algorithm:
   through the window, the unprofiled steps after it are timed to check that it was steady
   state (once profiled again when it was not), and once the final window is checked the
   session closes, writing the trace and ``run.rank<N>.json``. The machine is sampled only from
-  the session's start to that point. Before and after, a step costs a clock reading, a few
-  comparisons and a reference to the trainer's loss tensor (until the window closes).
+  the session's start to that point. Before the window a step costs a clock reading, a few
+  comparisons and a reference to the trainer's loss tensor; after it, one attribute test.
 - ``end`` (training ends, or fails): a window still open is closed (its trace saved, the
   unfinished step marked partial); a rank that never reached the window writes a record that
-  says why; rank 0 waits for every rank's record (:mod:`~torchtriage.capture.gather`), then
-  diagnoses all rank traces as the job (a ``Diagnosis`` for one process, a ``JobDiagnosis``
-  over a DDP job's ranks) with their window checks and machine samples, and writes
-  ``diagnosis.json`` and ``report.html``. The verdict line and a few numbers come back for the
-  trainer's logger.
+  says why; when a window profiled again had not reached its first profiled step, the earlier
+  one (not steady state) is what there is, and its trace comes back. Rank 0 waits for every
+  rank's record (:mod:`~torchtriage.capture.gather`), then diagnoses all rank traces as the
+  job (a ``Diagnosis`` for one process, a ``JobDiagnosis`` over a DDP job's ranks) with their
+  window checks and machine samples, and writes ``diagnosis.json`` and ``report.html``. The
+  verdict line and a few numbers come back for the trainer's logger.
 
 Nothing here raises into the trainer: a failure turns profiling off and is logged as one line.
 Training is not touched: no function is patched, no random number is drawn, and outside the
@@ -43,12 +44,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from torchtriage.capture.profiling import ProfilingWindow
 from torchtriage.capture.signals import MAX_BATCH_SIZES, batches_in_flight
 from torchtriage.capture.steps import StepClock
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis
-from torchtriage.results.run import LossPoint, RunRecord, Schedule
+from torchtriage.errors import TorchtriageError
+from torchtriage.results.run import LossPoint, RunRecord, Schedule, decode_record
 from torchtriage.units import parse_bytes
 
 SUBDIR = "torchtriage"  # the folder in the trainer's log directory
@@ -87,8 +91,6 @@ class TrainerWindow:
                  report: bool = True, top: int = 10,
                  logger: logging.Logger | None = None, level: int = logging.INFO,
                  step_detection: str = "trainer") -> None:
-        from torchtriage.errors import TorchtriageError
-
         if skip < 0:
             raise TorchtriageError(f"skip={skip}: need 0 or more steps")
         self.out_dir = Path(out_dir) if out_dir is not None else None
@@ -206,13 +208,13 @@ class TrainerWindow:
             elif not self._closed:
                 return self._no_window()
             first, _ = self.window.active_steps() or (0, 0)
-            if self.clock.steps < first and exc is None:
+            if self.clock.steps < first and exc is None and not self._restore_superseded():
                 return self._no_window(self.trace)
             if self.rank != 0:
                 return None
             return self._diagnose(wait=exc is None)
         except Exception as exc2:
-            self._turn_off("the diagnosis failed", exc2)
+            self._turn_off("the diagnosis failed", exc2, f"the trace is kept in {self.out}")
             return None
 
     def end_quietly(self) -> None:
@@ -297,6 +299,24 @@ class TrainerWindow:
         self.log.warning(message)
         return WindowResult(message, self.out)
 
+    def _restore_superseded(self) -> bool:
+        """Training ended before the window profiled again (after one that was not steady
+        state) reached its first profiled step: the earlier window is the one there is. Its
+        trace moves back from ``superseded/``, the new warm-up trace goes there instead, and
+        the run record names it; its check (not steady state) stays the record's last."""
+        assert self.out is not None
+        aside = self.out / "superseded"
+        earlier = sorted(aside.glob(f"rank{self.rank}_*"), key=lambda p: p.stat().st_mtime)
+        if not earlier or self.window is None or not self.window.checks:
+            return False
+        if self.trace is not None and self.trace.exists():
+            self.trace.rename(aside / self.trace.name)
+        self.trace = earlier[-1].rename(self.out / earlier[-1].name)
+        record_path = self.out / f"run.rank{self.rank}.json"
+        record = decode_record(record_path.read_bytes())
+        record_path.write_text(msgspec.structs.replace(record, trace=self.trace.name).to_json())
+        return True
+
     # --- the diagnosis --------------------------------------------------------------------
 
     def _diagnose(self, wait: bool) -> WindowResult:
@@ -330,9 +350,10 @@ class TrainerWindow:
         self.log.log(self.level, result.message)
         return result
 
-    def _turn_off(self, what: str, exc: BaseException) -> None:
-        self.log.warning("torchtriage: %s (%s: %s); training goes on without profiling",
-                         what, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+    def _turn_off(self, what: str, exc: BaseException,
+                  then: str = "training goes on without profiling") -> None:
+        self.log.warning("torchtriage: %s (%s: %s); %s", what, type(exc).__name__,
+                         str(exc).splitlines()[0] if str(exc) else "", then)
         try:
             self.end_quietly()
         finally:
