@@ -72,21 +72,25 @@ def _check_window(diagnosis: Diagnosis, active: int = 5) -> None:
 
 # --- the trainer-independent window ----------------------------------------------------------
 
-def test_a_window_profiled_again_and_cut_short_by_the_end_falls_back_to_the_first(tmp_path):
+@pytest.mark.parametrize("skip", [0, 70])
+def test_a_window_profiled_again_and_cut_short_by_the_end_falls_back_to_the_first(tmp_path,
+                                                                                 skip):
     """Steps after the first window run 5x slower (a synthetic host clock, real ops under the
-    real profiler): the window was not steady state and is profiled again from step 15, but
-    training ends at step 17, in that window's warm-up. The first window is diagnosed, said
-    not steady state; the warm-up trace goes aside."""
+    real profiler): the window was not steady state and is profiled again, but training ends
+    in that window's warm-up. The first window is diagnosed, said not steady state; the
+    warm-up trace goes aside. Its samples per second come from the trainer's batch sizes, also
+    past the run record's first 64 steps (``skip=70``)."""
     from torchtriage.integrations.window import TrainerWindow
 
-    window = TrainerWindow(tmp_path / "out")
+    window = TrainerWindow(tmp_path / "out", skip=skip)
     window.begin(tmp_path)
     clock, now = window.clock, [0.0]
     clock.tick = lambda: clock.ends.append(now[0])
+    start = max(skip, 1)  # the session starts after this step; steps start+4..+8 profiled
     x = torch.randn(64, 64)
-    for step in range(1, 18):
+    for step in range(1, start + 17):
         (x @ x).sum()
-        now[0] += 0.010 if step <= 10 else 0.050
+        now[0] += 0.010 if step <= start + 9 else 0.050
         window.step_ended(batch_size=4)
     result = window.end()
 
@@ -95,9 +99,11 @@ def test_a_window_profiled_again_and_cut_short_by_the_end_falls_back_to_the_firs
     assert len(traces) == 1 and len(list((out / "superseded").glob("rank0_*"))) == 1
     assert decode_record((out / "run.rank0.json").read_bytes()).trace == traces[0].name
     doc = result.diagnosis
-    assert doc.window.first_step == 5 and doc.window.representative is False
+    assert doc.window.first_step == start + 4 and doc.window.representative is False
     _check_window(doc)
-    assert "steps 5-9; not steady state" in result.message
+    assert f"steps {start + 4}-{start + 8}; not steady state" in result.message
+    assert result.metrics["torchtriage/samples_per_s"] == pytest.approx(
+        4 / (doc.breakdown.median_step_ms / 1e3), rel=1e-3)
 
 
 # --- Lightning ---------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ from torchtriage.units import parse_bytes
 
 SUBDIR = "torchtriage"  # the folder in the trainer's log directory
 REPORT = "report.html"
+PENDING_RECORD = ".run.rank{rank}.pending.json"  # a record still being completed
 
 
 @dataclass
@@ -203,13 +204,18 @@ class TrainerWindow:
         assert self.window is not None and self.clock is not None and self.out is not None
         try:
             if not self._closed and self.window.session is not None:
+                first, _ = self.window.active_steps() or (0, 0)
+                short = exc is None and self.clock.steps < first  # no profiled step yet
                 self.window.finish_checks(self.clock.steps)
-                self._close_session(exc)
+                # the record appears once this rank's files are final: rank 0 reads them then
+                self._close_session(exc, pending=short)
+                if short:
+                    restored = self._restore_superseded()
+                    self._publish_record()
+                    if not restored:
+                        return self._no_window(self.trace)
             elif not self._closed:
                 return self._no_window()
-            first, _ = self.window.active_steps() or (0, 0)
-            if self.clock.steps < first and exc is None and not self._restore_superseded():
-                return self._no_window(self.trace)
             if self.rank != 0:
                 return None
             return self._diagnose(wait=exc is None)
@@ -266,10 +272,14 @@ class TrainerWindow:
             "loader_queue": self._queue,
         }
 
-    def _close_session(self, exc: BaseException | None) -> None:
+    def _close_session(self, exc: BaseException | None, pending: bool = False) -> None:
+        """Close the profiling session: its trace and run record are written (the record
+        under a name rank 0 does not wait for when ``pending``, see :meth:`_publish_record`)."""
         assert self.window is not None
         session = self.window.session
         self._closed = True
+        if pending:
+            session.record_name = PENDING_RECORD.format(rank=self.rank)
         session.extra_record.update(self._record_fields())
         session.__exit__(type(exc) if exc is not None else None, exc, None)
         self.trace = session.trace_path
@@ -312,10 +322,17 @@ class TrainerWindow:
         if self.trace is not None and self.trace.exists():
             self.trace.rename(aside / self.trace.name)
         self.trace = earlier[-1].rename(self.out / earlier[-1].name)
-        record_path = self.out / f"run.rank{self.rank}.json"
-        record = decode_record(record_path.read_bytes())
-        record_path.write_text(msgspec.structs.replace(record, trace=self.trace.name).to_json())
+        pending = self.out / PENDING_RECORD.format(rank=self.rank)
+        record = decode_record(pending.read_bytes())
+        pending.write_text(msgspec.structs.replace(record, trace=self.trace.name).to_json())
         return True
+
+    def _publish_record(self) -> None:
+        """The pending run record becomes ``run.rank<N>.json`` (one rename: whole or absent)."""
+        assert self.out is not None
+        pending = self.out / PENDING_RECORD.format(rank=self.rank)
+        if pending.exists():
+            pending.replace(self.out / f"run.rank{self.rank}.json")
 
     # --- the diagnosis --------------------------------------------------------------------
 
@@ -344,9 +361,10 @@ class TrainerWindow:
 
             report = write_page(self.out / REPORT, diagnosis_page(
                 doc, details, title=f"torchtriage: {self.out}"))
-        rank0 = next((r for r in records if r.rank == 0), None)
-        result = WindowResult(_verdict_line(doc, rank0, report), self.out, doc,
-                              _metrics(doc, rank0))
+        # this rank's own batch sizes: the record keeps only the first MAX_BATCH_SIZES
+        sps = window_samples_per_s(doc.rank_diagnoses[0], self._batch_sizes)
+        result = WindowResult(_verdict_line(doc, sps, report), self.out, doc,
+                              _metrics(doc, sps))
         self.log.log(self.level, result.message)
         return result
 
@@ -374,13 +392,14 @@ def _loss_points(losses: list[tuple[int, list[Any]]]) -> list[LossPoint]:
     return points
 
 
-def window_samples_per_s(record: RunRecord | None, step_ms: float) -> float | None:
-    """Samples per second of one rank in its profiled window: the trainer's batch sizes of
-    the window's steps over the diagnosis's median step time; None when unknown."""
-    if record is None or not record.windows or step_ms <= 0:
+def window_samples_per_s(diagnosis: Diagnosis, batch_sizes: list[int]) -> float | None:
+    """Samples per second of one rank in its profiled window: the mean of the trainer's batch
+    sizes of the window's steps (``batch_sizes[i]``: step i + 1) over the diagnosis's median
+    step time; None when unknown."""
+    window, step_ms = diagnosis.window, diagnosis.breakdown.median_step_ms
+    if window is None or step_ms <= 0:
         return None
-    window = record.windows[-1]
-    sizes = record.batch_sizes[window.first_step - 1:window.last_step]
+    sizes = batch_sizes[window.first_step - 1:window.last_step]
     if not sizes:
         return None
     return statistics.fmean(sizes) / (step_ms / 1e3)
@@ -390,7 +409,7 @@ def _median_step_ms(doc: Diagnosis | JobDiagnosis) -> float:
     return statistics.median(d.breakdown.median_step_ms for d in doc.rank_diagnoses)
 
 
-def _metrics(doc: Diagnosis | JobDiagnosis, rank0: RunRecord | None) -> dict[str, float]:
+def _metrics(doc: Diagnosis | JobDiagnosis, per_rank: float | None) -> dict[str, float]:
     """Numbers for the trainer's loggers: the median step, each layer's share (mean over
     ranks), the samples per second of the job while profiled."""
     ranks = doc.rank_diagnoses
@@ -400,13 +419,12 @@ def _metrics(doc: Diagnosis | JobDiagnosis, rank0: RunRecord | None) -> dict[str
         if layer != "memory":
             metrics[f"torchtriage/{layer}_share"] = round(
                 statistics.fmean(d.layers[layer].share for d in ranks if layer in d.layers), 4)
-    per_rank = window_samples_per_s(rank0, ranks[0].breakdown.median_step_ms)
     if per_rank is not None:
         metrics["torchtriage/samples_per_s"] = round(per_rank * len(ranks), 2)
     return metrics
 
 
-def _verdict_line(doc: Diagnosis | JobDiagnosis, rank0: RunRecord | None,
+def _verdict_line(doc: Diagnosis | JobDiagnosis, sps: float | None,
                   report: Path | None) -> str:
     window = doc.rank_diagnoses[0].window
     where = []
@@ -414,7 +432,6 @@ def _verdict_line(doc: Diagnosis | JobDiagnosis, rank0: RunRecord | None,
         where.append(f"steps {window.first_step}-{window.last_step}")
         if window.representative is False:
             where.append("not steady state")
-    sps = window_samples_per_s(rank0, doc.rank_diagnoses[0].breakdown.median_step_ms)
     if sps is not None:
         where.append(f"{sps * len(doc.rank_diagnoses):,.1f} samples/s while profiled")
     if isinstance(doc, JobDiagnosis):
