@@ -2,8 +2,9 @@
 imports included), there is no import cycle, and no source file outgrows 600 lines.
 
 Floors, bottom to top (docs/architecture.md): foundation modules, trace/, analysis/,
-diagnosis/, results/, report/, then the orchestration floor (capture/ -> verify/ -> fix/), then
-the facades (api, cli, the package itself). A module may import its own floor and those below.
+diagnosis/, results/, report/, then the orchestration floor (capture/ -> verify/ -> fix/ ->
+integrations/), then the facades (api, cli, the package itself). A module may import its own
+floor and those below.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "torchtriage"
 FOUNDATION = ("errors", "units", "version", "document")
-FLOORS = ("trace", "analysis", "diagnosis", "results", "report", "capture", "verify", "fix")
+FLOORS = ("trace", "analysis", "diagnosis", "results", "report", "capture", "verify", "fix",
+          "integrations")
 FACADES = ("api", "cli", "demo", "__main__", "")  # "" is the package's __init__
 MAX_LINES = 600
 
@@ -127,7 +129,8 @@ def test_no_source_file_over_600_lines():
 
 # What each command may not load. torch: only run/ab/fix/demo/profile() and the bootstrap;
 # the rest: the implementations and libraries a quick answer does not need.
-_NEVER = ("torch", "typer", "pydantic", "psutil", "plotly", "numpy.ma")
+_NEVER = ("torch", "typer", "pydantic", "psutil", "plotly", "numpy.ma", "lightning",
+          "transformers", "torchtriage.integrations")
 _NOT_FOR_A_QUICK_ANSWER = (*_NEVER, "numpy", "msgspec", "rich", "torchtriage.trace",
                            "torchtriage.analysis", "torchtriage.diagnosis", "torchtriage.report",
                            "torchtriage.results", "torchtriage.capture", "torchtriage.verify",

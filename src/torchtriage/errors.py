@@ -20,3 +20,7 @@ class TraceError(TorchtriageError):
 
 class CaptureError(TorchtriageError):
     """Profiling could not produce a trace (for example, too few steps were run)."""
+
+
+class MissingDependencyError(TorchtriageError, ImportError):
+    """An optional integration was imported without the package it integrates with."""

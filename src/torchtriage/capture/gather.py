@@ -61,17 +61,25 @@ def write_job_diagnosis(out: Path, world_size: int, device_memory: int | None) -
     rank traces into ``diagnosis.json``."""
     from torchtriage.capture.runner import diagnose_run_dir, rank_files
 
-    deadline = time.monotonic() + WAIT_FOR_RANKS_S
-    while time.monotonic() < deadline:
-        if len(list(out.glob("run.rank*.json"))) >= world_size:
-            break
-        time.sleep(0.2)
+    wait_for_records(out, world_size)
     try:
         traces, records = rank_files(out)
         if traces:
             diagnose_run_dir(out, traces, records, device_memory)
     except Exception as exc:  # the parent diagnoses again; the traces are on disk
         log.warning("torchtriage: rank 0 could not write the job diagnosis (%s)", exc)
+
+
+def wait_for_records(out: Path, world_size: int, seconds: float = WAIT_FOR_RANKS_S) -> bool:
+    """Wait until ``out`` holds a run record per rank (``run.rank<N>.json``), at most
+    ``seconds``; whether they all arrived."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if len(list(out.glob("run.rank*.json"))) >= world_size:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
 
 
 def _torchrun_store():

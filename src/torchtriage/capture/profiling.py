@@ -145,6 +145,16 @@ class ProfilingWindow:
         first = self._started_at + self.schedule.wait + self._warmup + 1
         return first, first + self.schedule.active - 1
 
+    def active_steps(self) -> tuple[int, int] | None:
+        """The current session's first and last profiled (active) step, counted from the first
+        training step; None before a session started."""
+        return self._window() if self.session is not None else None
+
+    def steps_needed(self) -> int:
+        """Steps a run needs for one whole window when profiling starts as early as it may
+        (after ``skip`` steps, at least one): those, the schedule and a DataLoader's queue."""
+        return max(self.skip, 1) + self.schedule.steps + self.loader_queue()
+
     def _check(self, steps: int, *, final: bool) -> WindowCheck | None:
         first, last = self._window()
         # last + 1 carries the trace export, during which the workers refill their queue

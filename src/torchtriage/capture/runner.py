@@ -264,16 +264,23 @@ def diagnose_run_dir(out: Path, traces: list[Path], records: list[RunRecord],
                      device_memory: int | None, top: int = 10) -> Diagnosis | JobDiagnosis:
     """Diagnose rank traces (with each rank's machine samples) into ``out/diagnosis.json``:
     one diagnosis, or the job diagnosis (``torchtriage.job/1``) over several ranks."""
-    options = DiagnoseOptions(
+    doc = diagnose_traces(traces, run_dir_options(records, device_memory, top))
+    (out / "diagnosis.json").write_text(doc.to_json() + "\n")
+    return doc
+
+
+def run_dir_options(records: list[RunRecord], device_memory: int | None, top: int = 10
+                    ) -> DiagnoseOptions:
+    """How a run directory's traces are diagnosed: with each rank's machine samples, window
+    checks and out-of-memory report from its run record, in this process (no fork: this may
+    be the training process)."""
+    return DiagnoseOptions(
         device_memory=device_memory, top=top,
         oom=any(r.oom for r in records),  # set by the session's is_out_of_memory()
         machine={r.rank: r.machine for r in records},
         out_of_memory={r.rank: r.out_of_memory for r in records if r.out_of_memory},
         windows={r.rank: r.windows for r in records if r.windows},
         workers=1)
-    doc = diagnose_traces(traces, options)
-    (out / "diagnosis.json").write_text(doc.to_json() + "\n")
-    return doc
 
 
 def rank_files(out: Path) -> tuple[list[Path], list[RunRecord]]:

@@ -18,6 +18,21 @@ MAX_BATCH_SIZES = 64  # batch sizes kept in the run record
 READY_KEPT = 8  # recent ready-queue readings kept
 
 
+def batches_in_flight(loader: Any) -> int:
+    """How many batches a DataLoader with workers prepares ahead (``num_workers x
+    prefetch_factor``), read from the DataLoader or from its iterator; 0 without workers."""
+    workers = getattr(loader, "_num_workers", None)
+    if workers is None:
+        workers = getattr(loader, "num_workers", 0)
+    factor = getattr(loader, "_prefetch_factor", None)
+    if factor is None:
+        factor = getattr(loader, "prefetch_factor", 0)
+    try:
+        return int(workers or 0) * int(factor or 0)
+    except (TypeError, ValueError):  # a DataLoader-like object with other attributes
+        return 0
+
+
 def _ready_batches(it: Any) -> int | None:
     """Batches a worker DataLoader iterator has received and not yet handed out (None when
     the platform cannot tell)."""
@@ -76,8 +91,7 @@ class SignalRecorder:
         rec = self
 
         def __next__(it):
-            in_flight = (getattr(it, "_num_workers", 0) or 0) * (
-                getattr(it, "_prefetch_factor", 0) or 0)
+            in_flight = batches_in_flight(it)
             if in_flight > rec.loader_queue:
                 rec.loader_queue = in_flight
                 rec.loader_workers = max(rec.loader_workers, it._num_workers)
@@ -87,7 +101,7 @@ class SignalRecorder:
                 if ready is not None:
                     rec.ready = [*rec.ready[-(READY_KEPT - 1):], ready]
             if not rec._batch_this_step or rec.host.micro_batches > 1:
-                size = _batch_size(batch, torch)
+                size = batch_size_of(batch, torch)
                 if size is not None:
                     if rec._batch_this_step:
                         rec.batch_sizes[-1] += size
@@ -109,17 +123,19 @@ class SignalRecorder:
         return points
 
 
-def _batch_size(batch: Any, torch: Any) -> int | None:
+def batch_size_of(batch: Any, torch: Any) -> int | None:
+    """The batch size of a batch: the first dimension of its first tensor (in a tuple, list or
+    dict, depth first); None when it holds no tensor with a dimension."""
     if isinstance(batch, torch.Tensor):
         return int(batch.shape[0]) if batch.dim() else None
     if isinstance(batch, (list, tuple)):
         for item in batch:
-            size = _batch_size(item, torch)
+            size = batch_size_of(item, torch)
             if size is not None:
                 return size
     if isinstance(batch, dict):
         for item in batch.values():
-            size = _batch_size(item, torch)
+            size = batch_size_of(item, torch)
             if size is not None:
                 return size
     return None
