@@ -123,10 +123,15 @@ def test_fix_compute_bound_keeps_nothing_unproven_and_says_why(tmp_path):
     assert "kernel" in proc.stdout
 
 
-@pytest.mark.timing
+# The ladder's tests stop after it (--layers memory): the ladder profiles each rung and
+# judges it by memory and loss parity, not speed, so they are not `timing` tests.
+MEMORY_ONLY = ("--layers", "memory", "--min-measure-s", "0")
+
+
 def test_memory_ladder_takes_the_cheapest_rung_that_fits(tmp_path):
-    proc, result, _ = fix(tmp_path, "--budget", "60s", "--device-memory", "267MiB", "--",
-                          "python", "examples/memory_pressure.py", "--steps", "1000")
+    proc, result, _ = fix(tmp_path, *MEMORY_ONLY, "--budget", "60s", "--device-memory", "67MiB",
+                          "--", "python", "examples/memory_pressure.py", "--steps", "1000",
+                          "--batch-size", "4096")  # a quarter of the example's batch: ~95 %
     assert proc.returncode == 0, proc.stderr
     assert result["rounds"][0]["primary"] == "memory"
     ladder = [s for s in result["steps"] if s["layer"] == "memory"]
@@ -140,13 +145,16 @@ def test_memory_ladder_takes_the_cheapest_rung_that_fits(tmp_path):
     before, after = result["rounds"][0]["peak_fraction"], rung["attempts"][0]["peak_fraction"]
     assert after < before and after < 0.9
     assert not any(s["prescription"] in ("memory.bf16", "memory.fsdp") for s in ladder)
+    # then the kernel layer's fixes are not tried: --layers memory
+    assert result["stopped_because"] == "the kernel layer is not among --layers memory"
+    assert [s for s in result["steps"] if s["layer"] != "memory"] == []
     assert result["kept"][0] == {"knob": "memory.activation_checkpointing", "value": True}
 
 
-@pytest.mark.timing
 def test_memory_ladder_splits_dataloader_batches_before_anything_dearer(tmp_path):
     # peak ~69 MB of a 72 MiB pretend device (92 %); 2 micro-batches: ~43 MB
-    proc, result, _ = fix(tmp_path, "--budget", "60s", "--device-memory", "72MiB", "--",
+    proc, result, _ = fix(tmp_path, *MEMORY_ONLY, "--budget", "60s", "--device-memory", "72MiB",
+                          "--",
                           "python", str(SCRIPTS / "memory_loader.py"), "--steps", "1000")
     assert proc.returncode == 0, proc.stderr
     assert result["rounds"][0]["primary"] == "memory"
@@ -161,11 +169,10 @@ def test_memory_ladder_splits_dataloader_batches_before_anything_dearer(tmp_path
     assert any("batch_size" in line and "accumulate" in line for line in result["instructions"])
 
 
-@pytest.mark.timing
 def test_an_original_that_runs_out_of_memory_starts_the_ladder(tmp_path):
     """Out of memory on step 2, before any profile: the ladder's starting point, not an
     error. Half the batch fits, so the cheapest rung completes with loss parity."""
-    proc, result, _ = fix(tmp_path, "--budget", "45s", "--", "python",
+    proc, result, _ = fix(tmp_path, *MEMORY_ONLY, "--budget", "45s", "--", "python",
                           str(SCRIPTS / "oom_loader.py"), "--at", "2")
     assert proc.returncode == 0, proc.stderr
     first = result["rounds"][0]

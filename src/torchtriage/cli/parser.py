@@ -44,6 +44,18 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
+def layer_list(text: str) -> tuple[str, ...]:
+    """An argparse type: comma-separated layer names (``memory,kernel``)."""
+    from torchtriage.diagnosis.vocabulary import LAYERS
+
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in LAYERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"{(unknown or [text])[0]!r} is not a layer (one of {', '.join(LAYERS)})")
+    return names
+
+
 def at_least(low: float, kind: type = int) -> Callable[[str], float]:
     """An argparse type: a number of ``kind`` not below ``low``."""
 
@@ -243,6 +255,8 @@ def build_parser() -> Parser:
         "and A/B")
     p.add_argument("--budget", default="10m", metavar="DURATION",
                    help="Wall-clock budget, e.g. 90s, 10m, 1h (default 10m).")
+    p.add_argument("--layers", type=layer_list, default=None, metavar="LAYER[,LAYER]",
+                   help="Try only these layers' fixes, e.g. memory (default: every layer).")
     trial_counts(p, 4, "Most trials per arm of each A/B (they stop earlier when the answer "
                  "is clear; default 4).", "Steps before measuring (default 3).")
     timeout(p, "Seconds per trial or profile run.")

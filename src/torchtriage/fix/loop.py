@@ -47,6 +47,7 @@ from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.knobs import served
 from torchtriage.diagnosis.result import Diagnosis, OutOfMemory
 from torchtriage.diagnosis.thresholds import WINDOW_DRIFT, window_holds
+from torchtriage.diagnosis.vocabulary import Layer
 from torchtriage.errors import TorchtriageError
 from torchtriage.fix import ladder
 from torchtriage.fix.candidates import NOT_INJECTED, machine_context, search_for
@@ -96,6 +97,8 @@ class FixSettings:
     # bounds each profile run
     trial: TrialSettings = field(default_factory=lambda: TrialSettings(trials=4))
     device_memory: int | None = None  # capacity for the memory rule on CPU, as for ``run``
+    # only these layers' fixes are tried (``--layers``); None: every layer
+    layers: tuple[Layer, ...] | None = None
 
 
 def run_fix(
@@ -246,7 +249,7 @@ class _Loop:
         original_losses = losses
         stopped = ""
         while not stopped:
-            if diagnosis.primary == "memory":
+            if diagnosis.primary == "memory" and self._allowed("memory"):
                 steps, rung, after = ladder.climb(self.profile, self.kept, len(self.rounds) - 1,
                                                   diagnosis, original_losses)
                 self.fix_steps.extend(steps)
@@ -275,7 +278,10 @@ class _Loop:
         layers = [diagnosis.primary] + [
             p.layer for p in diagnosis.prescriptions if p.layer not in (diagnosis.primary,
                                                                         "memory")]
-        layers = list(dict.fromkeys(layers))
+        layers = [layer for layer in dict.fromkeys(layers) if self._allowed(layer)]
+        if not layers:
+            return (f"the {diagnosis.primary} layer is not among --layers "
+                    f"{','.join(self.settings.layers or ())}")
         tried_layers = []  # layers with an A/B run
         for layer in layers:
             todo = [p for p in diagnosis.prescriptions
@@ -293,6 +299,9 @@ class _Loop:
         if not tried_layers:
             return f"nothing left to try for the {' or '.join(layers)} layer"
         return f"no {' or '.join(tried_layers)} fix was proven faster"
+
+    def _allowed(self, layer: str) -> bool:
+        return self.settings.layers is None or layer in self.settings.layers
 
     def _eligible(self, prescription: str) -> bool:
         """Not tried yet, or measured `no_change` once under a configuration that has changed
