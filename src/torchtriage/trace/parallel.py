@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from torchtriage.trace.columns import ChunkColumns, decode_chunk
-from torchtriage.trace.stream import SYNC, EventChunks, Piece, _as_array
+from torchtriage.trace.scan import as_array
+from torchtriage.trace.stream import SYNC, EventChunks, Piece
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -232,7 +233,7 @@ def _widen(conn: Connection) -> None:
 
 def _decode(piece: Piece) -> ChunkColumns | None:
     try:
-        return decode_chunk(_as_array(piece.text, len(piece.text)))
+        return decode_chunk(as_array(piece.text, len(piece.text)))
     except msgspec.DecodeError:  # ValidationError too: the checked path says which
         return None
 
@@ -253,7 +254,7 @@ def _decode_pieces(pieces: Connection, answers: Connection,
         if not text:
             return
         try:
-            answer = pack.encode(decode_chunk(_as_array(text, len(text))))
+            answer = pack.encode(decode_chunk(as_array(text, len(text))))
         except Exception:  # any failure: this piece is decoded again, with checks, there
             answer = _FAILED
         try:
