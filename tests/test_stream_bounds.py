@@ -255,3 +255,41 @@ def test_a_file_of_zeros_is_refused_after_one_block(tmp_path):
         for _ in chunks:
             pass
     assert chunks.raw_bytes <= 4 * 2**20 + 2
+
+
+def test_two_decoders_asked_for_in_a_daemonic_process_fall_back_to_one(tmp_path):
+    """Found by the fuzzer: ``load_trace(path, workers=2)`` in a daemonic process (a
+    multiprocessing pool's worker) was an internal AssertionError (it may not fork)."""
+    import multiprocessing
+
+    path = write_trace(tmp_path / "t.json", [x("a", 0, 1), x("b", 2, 1)])
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        assert pool.apply(_names_in_two, (str(path),)) == ["a", "b"]
+
+
+def _names_in_two(path: str) -> list[str]:
+    return load_trace(path, workers=2).events.names
+
+
+def test_ids_past_int64_are_dropped_not_an_overflow(tmp_path):
+    """Found by the fuzzer: an External id of 30 digits was an internal OverflowError."""
+    events = [x("a", 0, 1, External_id=123456789012345678901234567890),
+              x("b", 2, 1, External_id=7, correlation=-(2**70), stream=float("1e300"))]
+    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    assert list(trace.events.external_id) == [-1, 7] and trace.events.correlation[1] == -1
+
+
+def test_where_a_trace_is_cut_does_not_change_what_loads(tmp_path, monkeypatch):
+    """Found by the fuzzer: a metadata event with an odd field (its ts an array) failed the
+    load when another event in its chunk sent the chunk down the lenient path, and loaded
+    when it did not: the same file loaded in 4 MB blocks and failed in 4 KB ones."""
+    from torchtriage.trace import ingest
+
+    events = [{"ph": "M", "name": "process_name", "pid": 0, "ts": [1], "args": {"name": "x"}},
+              x("a", 0, 1, stream="7"), *[x(f"op{i}", i, 1) for i in range(300)]]
+    path = write_trace(tmp_path / "t.json", events)
+    whole = load_trace(path)
+    monkeypatch.setattr(ingest, "BLOCK_BYTES", 4096)
+    assert load_trace(path).events.names == whole.events.names
+    assert len(whole.events) == 301 and whole.events.stream[0] == 7
