@@ -130,6 +130,11 @@ def _window(events: list[Any], max_events: int) -> list[Any]:
 # ---------------------------------------------------------------------------- the document
 
 
+def _events(doc: dict[str, Any]) -> list[Any]:
+    events = doc.get("traceEvents")
+    return events if isinstance(events, list) else []
+
+
 def _event(c: Chooser, doc: dict[str, Any]) -> dict[str, Any] | None:
     events = doc.get("traceEvents")
     if not isinstance(events, list) or not events:
@@ -178,7 +183,7 @@ def timing(c: Chooser, doc: dict[str, Any], raw: list[str]) -> None:
     """Every event's ts or dur transformed: negated, zeroed, scaled, made equal."""
     field = pick(c, ["ts", "dur"])
     how = c.int(0, 4)
-    for event in doc.get("traceEvents") or []:
+    for event in _events(doc):
         if isinstance(event, dict) and isinstance(event.get(field), (int, float)):
             value = event[field]
             event[field] = [-value, 0, value * 1e9, 1, value + 2**53][how]
@@ -226,7 +231,7 @@ def hostile_string(c: Chooser, doc: dict[str, Any], raw: list[str]) -> None:
 
 
 def step_names(c: Chooser, doc: dict[str, Any], raw: list[str]) -> None:
-    for event in doc.get("traceEvents") or []:
+    for event in _events(doc):
         if isinstance(event, dict) and str(event.get("name", "")).startswith("ProfilerStep#"):
             event["name"] = pick(c, STEP_NAMES)
             if c.coin():

@@ -293,3 +293,19 @@ def test_where_a_trace_is_cut_does_not_change_what_loads(tmp_path, monkeypatch):
     monkeypatch.setattr(ingest, "BLOCK_BYTES", 4096)
     assert load_trace(path).events.names == whole.events.names
     assert len(whole.events) == 301 and whole.events.stream[0] == 7
+    bad_phase = tmp_path / "phase.json"  # (and one whose phase is not a string)
+    bad_phase.write_bytes(HEADER + EVENT + b', {"ph": [1], "ts": "x"}, ' + EVENT + b"]}")
+    with pytest.raises(TraceError, match="an entry of traceEvents"):
+        load_trace(bad_phase)
+
+
+def test_a_step_number_past_int64_is_not_a_step(tmp_path):
+    """Found by the fuzzer: "ProfilerStep#99999999999999999999999" was an internal
+    OverflowError in the step finder; it is not a step number, the other steps are used."""
+    from torchtriage.api import analyze
+
+    events = [x("ProfilerStep#99999999999999999999999", 0, 10, cat="user_annotation"),
+              *[x(f"ProfilerStep#{i}", 100 * i, 90, cat="user_annotation") for i in (1, 2, 3)],
+              *[x("aten::mm", 100 * i + 5, 50) for i in (1, 2, 3)]]
+    (diagnosis,) = analyze(write_trace(tmp_path / "t.json", events))
+    assert diagnosis.to_json()

@@ -191,10 +191,10 @@ def _lenient_events(array: bytes | memoryview) -> list[Any]:
                 events.append(_ONE_EVENT.decode(raw))
             except msgspec.ValidationError:
                 try:
-                    skipped = _PHASE.decode(raw).ph in _SKIPPED_PHASES
+                    phase = _PHASE.decode(raw).ph
                 except msgspec.ValidationError:
-                    skipped = False
-                if not skipped:
+                    phase = None
+                if not (isinstance(phase, str) and phase in _SKIPPED_PHASES):
                     raise whole from None
         return events
 
