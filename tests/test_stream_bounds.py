@@ -219,6 +219,9 @@ def test_json_nested_deeper_than_the_decoder_goes_is_one_line(tmp_path):
     inside.write_bytes(head + deep + b"}}]}")
     with pytest.raises(TraceError, match=f"nested 5004 levels deep at byte {len(head) + 4999:,}"):
         load_trace(inside)
+    inside.write_bytes(head + deep[:5000] + b"\x01" + deep[5000:] + b"}}]}")  # (fuzzer: and a
+    with pytest.raises(TraceError, match=f"at byte {len(head) + 5000:,} .control character"):
+        load_trace(inside)  # control character after it was an internal ValueError)
     outside = tmp_path / "outside.json"
     outside.write_bytes(b'{"distributedInfo": {"x": ' + deep + b"}, " + HEADER[1:] + EVENT
                         + b"]}")

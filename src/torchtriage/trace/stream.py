@@ -418,6 +418,9 @@ class EventChunks(Generic[T]):
             return self.decode(array)
         except RecursionError:
             scan = structure(array, 0, False, False, 0)
+            if not len(scan.depths):  # a control character stopped the scan: that is the error
+                raise self._bad_byte(array_start + max(scan.bad - 1, 0), array[scan.bad]
+                                     if scan.bad >= 0 else 0, "") from None
             deepest = int(np.argmax(scan.depths))
             raise TraceError(
                 f"{self.path}: not a Kineto trace: JSON nested {int(scan.depths[deepest]) + 1} "
