@@ -79,7 +79,8 @@ def test_analyze_directory_of_several_traces(tmp_path, capsys):
          "without 'traceEvents'"),
         (lambda p: (p / "c.json").write_text('{"traceEvents": []}') and p / "c.json",
          "empty trace"),
-        (lambda p: (p / "d.json.gz").write_bytes(gzip.compress(b'{"traceEvents": []}' * 99)[:40])
+        (lambda p: (p / "d.json.gz").write_bytes(
+            gzip.compress(b'{"traceEvents": [' + b'{"ph": "X"}, ' * 99 + b"]}")[:40])
          and p / "d.json.gz", "truncated or corrupt gzip"),
         (lambda p: (p / "empty").mkdir() or p / "empty", "holds no trace files"),
     ],

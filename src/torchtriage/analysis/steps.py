@@ -25,7 +25,7 @@ import numpy as np
 
 from torchtriage.trace.model import HOST_KINDS, EventKind, Trace
 
-_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")  # (longer: no step number, no int64)
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
 ZERO_LENGTH = "zero length: its ProfilerStep marker recorded no time"
 

@@ -28,17 +28,20 @@ _NO_RAW = msgspec.Raw(b"")
 # Numeric args are usually ints, but some exporters write them as strings (ROCm "stream") or
 # floats; all are accepted and normalised by _int.
 _Num = int | float | str | None
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _int(value: int | float | str | None, default: int = -1) -> int:
-    if type(value) is int:
-        return value
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
+    """``value`` as an int of the int64 columns; ``default`` for None, text that is not a
+    number, NaN, infinities and numbers past int64."""
+    if type(value) is not int:
+        if value is None:
+            return default
+        try:
+            value = int(value)
+        except (TypeError, ValueError, OverflowError):
+            return default
+    return value if _INT64_MIN <= value <= _INT64_MAX else default
 
 
 # The args the analyses read: (attribute, JSON key, default on the strict fast path). Numbers
@@ -111,10 +114,11 @@ def _phase_struct(name: str, tag: str, fields: bool) -> type[msgspec.Struct]:
 # listed, or an event without one, fails validation and the chunk takes the lenient path.
 _StrictComplete = _phase_struct("_StrictComplete", "X", True)
 _StrictInstant = _phase_struct("_StrictInstant", "i", True)
+_SKIPPED_PHASES = frozenset(("B", "E", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M",
+                             "C", "R", "c"))  # phases whose fields no table uses
 _STRICT_PHASES = (_StrictComplete, _StrictInstant, _phase_struct("_StrictInstantI", "I", True),
                   *(_phase_struct(f"_StrictPhase{tag}", tag, False)
-                    for tag in ("B", "E", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D",
-                                "M", "C", "R", "c")))
+                    for tag in sorted(_SKIPPED_PHASES)))
 _STRICT_EVENTS = msgspec.json.Decoder(list[Union[_STRICT_PHASES]], strict=False)  # noqa: UP007
 _NAMED = frozenset(_STRICT_PHASES[:3])  # the phases whose events have a name (and args)
 
@@ -163,8 +167,38 @@ def decode_chunk(array: bytes | memoryview) -> ChunkColumns:
     """
     try:
         return _strict_columns(_STRICT_EVENTS.decode(array))
-    except msgspec.ValidationError:
-        return _lenient_columns(_EVENTS.decode(array))
+    except (msgspec.ValidationError, OverflowError):  # (an int past int64: the lenient path
+        return _lenient_columns(_lenient_events(array))  # drops it)
+
+
+class _Phase(msgspec.Struct):
+    ph: Any = None
+
+
+_RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
+_ONE_EVENT = msgspec.json.Decoder(_Event, strict=False)
+_PHASE = msgspec.json.Decoder(_Phase)
+
+
+def _lenient_events(array: bytes | memoryview) -> list[Any]:
+    """The events of the lenient path. An event of a phase whose fields no table uses is
+    skipped when its fields do not decode, as the strict path skips them: a chunk's result
+    does not depend on which path its other events sent it down (so on where it was cut)."""
+    try:
+        return _EVENTS.decode(array)
+    except msgspec.ValidationError as whole:
+        events = []
+        for raw in _RAW_EVENTS.decode(array):
+            try:
+                events.append(_ONE_EVENT.decode(raw))
+            except msgspec.ValidationError:
+                try:
+                    phase = _PHASE.decode(raw).ph
+                except msgspec.ValidationError:
+                    phase = None
+                if not (isinstance(phase, str) and phase in _SKIPPED_PHASES):
+                    raise whole from None
+        return events
 
 
 class _Interner:
@@ -286,7 +320,8 @@ def _lenient_columns(raw_events: list[Any]) -> ChunkColumns:
     for ev in raw_events:
         a = ev.args
         if ev.name == "[memory]":
-            if a is not None and ev.ts is not None and a.total_allocated is not None:
+            if (ev.ph not in _SKIPPED_PHASES and a is not None and ev.ts is not None
+                    and a.total_allocated is not None):
                 mem_rows.append((ev.ts, _int(a.total_allocated), _int(a.total_reserved, 0),
                                  _int(a.mem_bytes, 0), _int(a.device_type, 0),
                                  _int(a.device_id)))

@@ -27,7 +27,7 @@ from torchtriage.errors import TorchtriageError, TraceError
 from torchtriage.trace.columns import ChunkColumns, TableBuilder, decode_chunk
 from torchtriage.trace.model import DeviceInfo, Trace, TraceMeta
 from torchtriage.trace.quality import check_timings
-from torchtriage.trace.stream import EventChunks
+from torchtriage.trace.stream import BLOCK_BYTES, EventChunks
 
 _NO_RAW = msgspec.Raw(b"")
 
@@ -54,6 +54,7 @@ class _TraceFile(msgspec.Struct):
 
 _DECODER = msgspec.json.Decoder(_TraceFile, strict=False)
 MEMORY_LIMIT_ENV = "TORCHTRIAGE_MEMORY_LIMIT"
+_CHUNK_INDEX = re.compile(r"\$\[\d+\]")  # msgspec's path to an event: its index in a chunk
 _AVAILABLE_SHARE = 0.8  # of the memory available when loading starts, by default
 
 
@@ -109,8 +110,10 @@ def load_trace(path: str | os.PathLike[str], memory_limit: int | None = None,
     else:
         limit, limit_source = memory_limit, "this worker's share of the memory available"
     parallel = decoders(path, workers) > 1
+    label = f"{_size(limit)} ({limit_source})"
     chunks: EventChunks[ChunkColumns] = EventChunks(
-        path, decode_chunk, **({"block_bytes": PIECE_BYTES} if parallel else {}))
+        path, decode_chunk, block_bytes=PIECE_BYTES if parallel else BLOCK_BYTES,
+        memory_limit=limit, limit_label=label)
     tables = TableBuilder()
 
     def add(chunk: ChunkColumns) -> None:
@@ -118,7 +121,7 @@ def load_trace(path: str | os.PathLike[str], memory_limit: int | None = None,
         if tables.nbytes > limit:
             raise TraceError(
                 f"{path}: too large for the memory limit: its tables passed "
-                f"{_size(limit)} ({limit_source}) after {chunks.raw_bytes / 1e6:,.0f} MB "
+                f"{label} after {chunks.raw_bytes / 1e6:,.0f} MB "
                 f"of JSON; load it on a machine with more memory, set {MEMORY_LIMIT_ENV}, "
                 "or profile fewer steps")
 
@@ -128,6 +131,10 @@ def load_trace(path: str | os.PathLike[str], memory_limit: int | None = None,
         else:
             for chunk in chunks:
                 add(chunk)
+    except msgspec.ValidationError as exc:  # (the index in "$[N]" is the chunk's, not said)
+        raise TraceError(f"{path}: not a Kineto trace (an entry of traceEvents: "
+                         f"{_CHUNK_INDEX.sub('event', str(exc))})") from None
+    try:
         if chunks.raw_bytes == 0 or not chunks.outside.strip():
             raise TraceError(f"{path}: empty file")
         parsed = _DECODER.decode(chunks.outside)
@@ -135,6 +142,9 @@ def load_trace(path: str | os.PathLike[str], memory_limit: int | None = None,
         raise TraceError(f"{path}: not a Kineto trace ({_invalid(exc)})") from None
     except msgspec.DecodeError as exc:
         raise TraceError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:  # (of the events: a one-line error of the stream's, at its byte)
+        raise TraceError(f"{path}: not a Kineto trace: JSON outside traceEvents nested deeper "
+                         "than the decoder takes") from None
     if not chunks.found_events:
         if parsed.nodes and parsed.schema:
             raise TraceError(

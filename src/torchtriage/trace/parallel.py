@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from torchtriage.trace.columns import ChunkColumns, decode_chunk
-from torchtriage.trace.stream import SYNC, EventChunks, Piece, _as_array
+from torchtriage.trace.scan import as_array
+from torchtriage.trace.stream import SYNC, EventChunks, Piece
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -49,17 +50,22 @@ _PIPE_BYTES = 2**20
 def decoders(path: Path, workers: int | None) -> int:
     """How many processes decode ``path``: ``workers`` when given (at most 2), else 2 for a
     trace of :data:`PARALLEL_MIN_BYTES` or more when this process may use two cores, can fork
-    and the machine is not busy (1-minute load average at most cores - 0.5), else 1."""
-    if workers is not None:
-        return max(1, min(workers, 2))
-    if raw_size(path) < PARALLEL_MIN_BYTES:  # first: a small trace never imports multiprocessing
+    and the machine is not busy (1-minute load average at most cores - 0.5), else 1. Never 2
+    where this process cannot fork children (no fork; a daemonic process, such as a pool's)."""
+    if workers is not None and workers < 2:
         return 1
+    if workers is None and raw_size(path) < PARALLEL_MIN_BYTES:  # (a small trace never
+        return 1  # imports multiprocessing)
     import multiprocessing
 
+    if ("fork" not in multiprocessing.get_all_start_methods()
+            or multiprocessing.current_process().daemon):
+        return 1
+    if workers is not None:
+        return 2
     cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
              else os.cpu_count() or 1)
-    if (cores < 2 or "fork" not in multiprocessing.get_all_start_methods()
-            or multiprocessing.current_process().daemon):
+    if cores < 2:
         return 1
     # Two decoders pay only where a second core is free: on 2 cores busy with other work (load
     # average 2.2-2.4) they took 0.97-1.04x the time of one on 54-87 MB traces, 1.3-2x on
@@ -232,7 +238,7 @@ def _widen(conn: Connection) -> None:
 
 def _decode(piece: Piece) -> ChunkColumns | None:
     try:
-        return decode_chunk(_as_array(piece.text, len(piece.text)))
+        return decode_chunk(as_array(piece.text, len(piece.text)))
     except msgspec.DecodeError:  # ValidationError too: the checked path says which
         return None
 
@@ -253,7 +259,7 @@ def _decode_pieces(pieces: Connection, answers: Connection,
         if not text:
             return
         try:
-            answer = pack.encode(decode_chunk(_as_array(text, len(text))))
+            answer = pack.encode(decode_chunk(as_array(text, len(text))))
         except Exception:  # any failure: this piece is decoded again, with checks, there
             answer = _FAILED
         try:

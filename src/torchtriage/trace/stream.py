@@ -10,7 +10,17 @@ nesting depth from the brackets outside strings). Everything outside the array (
 with ``deviceProperties`` and ``distributedInfo``, the suffix with ``baseTimeNanoseconds``) is
 kept and returned as one small JSON object with an empty ``traceEvents``.
 
-Memory is one block plus one chunk of decoded events at a time, whatever the file's size.
+Linear in the input, whatever it holds: a stretch with no event's end (one huge event, an
+unclosed string, a writer's unfinished last event) is scanned once, block by block, carrying
+the string state and depth from one block to the next, and decoded once when its end comes;
+whitespace between events is dropped as it comes. Bytes that JSON never holds (control
+characters such as the NULs a crashed writer leaves, a byte that cannot start a value where an
+event should begin, a bracket that closes what was not opened, anything after the top-level
+object) are reported at their byte as soon as they are seen.
+
+Memory is one block plus one chunk of decoded events at a time, whatever the file's size; with
+a memory limit, the bytes held besides (what is outside the array, and a stretch not cut yet)
+are bounded by shares of it from the first byte (:data:`OUTSIDE_SHARE`, :data:`PENDING_SHARE`).
 
 For a decoder in another process, :meth:`EventChunks.pieces` hands out the events text itself,
 cut at the likely ends of events without decoding it here: a piece that then fails to decode
@@ -31,6 +41,15 @@ import msgspec
 import numpy as np
 
 from torchtriage.errors import TraceError
+from torchtriage.trace.scan import (
+    KEY,
+    LOOKBACK,
+    as_array,
+    candidate_cuts,
+    events_array_start,
+    structure,
+    until_closed,
+)
 
 try:  # ISA-L's inflate: the same API as zlib's, 2-3x its speed (optional, see pyproject)
     from isal import isal_zlib as _inflate_module
@@ -42,17 +61,19 @@ except ImportError:  # pragma: no cover - isal is a default dependency
 
 BLOCK_BYTES = 4 * 1024 * 1024  # uncompressed bytes read per step
 _COMPRESSED_READ = 1024 * 1024
-_QUOTE, _BACKSLASH = 34, 92
-_KEY = b'"traceEvents"'
-_CODE = np.zeros(256, dtype=np.int8)
-_CODE[[123, 91]] = 1
-_CODE[[125, 93]] = -1
-_CODE[_QUOTE] = 2
-_LOOKBACK = 256  # bytes kept before a block, to find the key of an array opened in it
 _SPACE = b" \t\r\n"
-_SEPARATORS = frozenset(b" \t\r\n,")
-_CUT_TRIES = 8  # candidate cuts tried from the end of a block before scanning it
-
+_BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark
+_VALUE_START = frozenset(b'{["-0123456789tfn')  # the bytes a JSON value can begin with
+_LITERALS = (b"true", b"false", b"null")
+# Shares of the memory limit that the bytes held besides the tables may take. Outside the
+# events array: a trace's metadata is kilobytes (deviceProperties, distributedInfo), and it is
+# decoded into Python objects, up to ~20x its JSON ("[]," is a 56-byte list). A stretch of
+# events not cut yet is one or two blocks in a trace; its decode copies it once more and makes
+# at most its strings of it.
+OUTSIDE_SHARE = 1 / 64
+PENDING_SHARE = 1 / 4
+_LIMIT_ENV = "TORCHTRIAGE_MEMORY_LIMIT"  # (ingest's MEMORY_LIMIT_ENV, named in the error)
+_BOUNDARY = (False, False, 2)  # the scan's state between two events: no string, depth 2
 T = TypeVar("T")
 
 
@@ -71,19 +92,28 @@ class EventChunks(Generic[T]):
     :attr:`outside` holds the rest of the document and :attr:`raw_bytes` its total size.
 
     ``decode`` must raise :class:`msgspec.DecodeError` for text that is not a JSON array of
-    events (that is how a wrong cut is recognised); other errors propagate.
+    events (that is how a wrong cut is recognised); other errors propagate. ``memory_limit``
+    (bytes, named by ``limit_label`` in the error) bounds the bytes held besides the decoded
+    chunks: :data:`OUTSIDE_SHARE` of it outside the events array, :data:`PENDING_SHARE` for
+    events text not cut yet.
     """
 
     def __init__(self, path: Path, decode: Callable[[bytes], T],
-                 block_bytes: int = BLOCK_BYTES) -> None:
+                 block_bytes: int = BLOCK_BYTES, memory_limit: int | None = None,
+                 limit_label: str = "") -> None:
         self.path = path
         self.decode = decode
         self.block_bytes = block_bytes
+        self.memory_limit = memory_limit
+        self.limit_label = limit_label
         self.raw_bytes = 0
         self.outside = b""  # the document without its events, "traceEvents": [] in their place
         self.found_events = False
         self._rewound = b""  # pieces handed back, cut again (checked) before what follows
         self._checked = False  # after a rewind, every cut is checked by decoding here
+        self._tail = bytearray()  # events text not cut yet, from an event boundary on
+        self._scanned = 0  # of _tail, scanned without an event's end in it (0: not at all)
+        self._state = _BOUNDARY  # (in_string, escaped, depth) at _tail[_scanned]
 
     def __iter__(self) -> Iterator[T]:
         return self._run(check=True)  # type: ignore[return-value]
@@ -104,128 +134,298 @@ class EventChunks(Generic[T]):
 
     def _run(self, check: bool) -> Iterator[Any]:
         prefix = bytearray()  # bytes before the events array, up to and including its "["
-        suffix = bytearray()  # from the array's closing "]" on
-        tail = b""  # bytes carried into the next block
-        in_string, escaped, depth = False, False, 0  # (prefix phase) state at the end of tail
-        phase = "prefix"  # -> "events" -> "suffix"
+        suffix = bytearray()  # from the array's closing "]" on, up to the document's end
+        look = b""  # (prefix phase) the bytes before the block, for a key cut by its edge
+        state = (False, False, 0)  # (prefix, suffix phases) the scan's state at the end
+        phase = "lead"  # -> "prefix" -> "events" -> "suffix" -> "end" (the document closed)
         for block in _blocks(self.path, self.block_bytes):
             self.raw_bytes += len(block)
+            if phase == "lead":  # whitespace before the document, then its first byte
+                if self.raw_bytes == len(block) and block.startswith(_BOM):
+                    block = block[len(_BOM):]  # as Windows editors write: no JSON, but harmless
+                block = block.lstrip(_SPACE)
+                if not block:
+                    continue
+                self._check_top(block)
+                phase = "prefix"
+            if phase == "end":
+                self._only_space(block, self.raw_bytes - len(block))
+                continue
             if phase == "suffix":
+                start = len(suffix)
                 suffix += block
+                state, ended = self._scan_outside(suffix, start, state)
+                phase = "end" if ended else phase
+                self._hold(len(prefix) + len(suffix), OUTSIDE_SHARE,
+                           "outside its traceEvents array")
                 continue
             if phase == "prefix":
-                data, start = tail + block, len(tail)
+                data, start = look + block, len(look)
+                base = self.raw_bytes - len(data)  # the file offset of data[0]
                 opened = None
-                key = data.find(_KEY, start - min(start, len(_KEY)))
+                key = data.find(KEY, start - min(start, len(KEY)))
                 if key >= 0:  # the usual case: scan only up to the key, not the whole block
-                    head = data[:key + len(_KEY) + _LOOKBACK]
-                    positions, depths, _, _ = _structure(head, start, in_string, escaped,
-                                                         depth)
-                    opened = _events_array_start(head, positions, depths)
+                    opened, _, _ = self._prefix_scan(data[:key + len(KEY) + LOOKBACK],
+                                                     start, state, base)
                 if opened is None:
-                    positions, depths, in_string, escaped = _structure(
-                        data, start, in_string, escaped, depth)
-                    if len(depths):
-                        depth = int(depths[-1])
-                    opened = _events_array_start(data, positions, depths)
-                if opened is None:
-                    prefix += block
-                    tail = data[-_LOOKBACK:]
-                    continue
+                    opened, state, end = self._prefix_scan(data, start, state, base)
+                    if opened is None and end is not None:  # the document ended without it
+                        prefix += data[start:end]
+                        self._only_space(data[end:], base + end)
+                        phase = "end"
+                        continue
+                    if opened is None:
+                        prefix += block
+                        self._hold(len(prefix), OUTSIDE_SHARE, "before a traceEvents array")
+                        look = data[-LOOKBACK:]
+                        continue
                 prefix += data[start:opened + 1]
-                phase, tail = "events", data[opened + 1:]
+                self._tail = bytearray(memoryview(data)[opened + 1:])
+                phase = "events"
                 self.found_events = True
             else:
-                tail += block
-            # events phase: tail starts at an event boundary (outside strings, depth 2)
-            tail, self._rewound = self._rewound + tail, b""
-            if not (check or self._checked):
-                cut = next(_candidate_cuts(tail), None)
-                if cut is not None:
-                    yield Piece(self.raw_bytes - len(tail), tail[:cut])
-                    tail = tail[cut:]
-                    continue
-                yield SYNC  # a cut from the structure builds on every cut before it
-                tail, self._rewound = self._rewound + tail, b""
-            decoded, cut, closed = self._cut(tail, self.raw_bytes - len(tail), at_end=False)
-            if decoded is not None:
-                yield decoded
+                self._tail += block
+            closed = yield from self._step(check)
             if closed is not None:
-                suffix += tail[closed:]
-                phase, tail = "suffix", b""
-            else:
-                tail = tail[cut:]
+                suffix = bytearray(memoryview(self._tail)[closed:])
+                self._tail = bytearray()
+                state, ended = self._scan_outside(suffix, 1, (False, False, 1))
+                phase = "end" if ended else "suffix"
+            self._hold(self._scanned, PENDING_SHARE,  # (a block or two besides, at most)
+                       "in one event (or a stretch without an event's end)", self._offset())
+            self._hold(len(prefix) + len(suffix), OUTSIDE_SHARE, "outside its traceEvents array")
         if phase == "events":
-            if not (check or self._checked):
-                # The last block's events but the last go out as a piece too, so that only
-                # one event and the array's end are cut here from the structure.
-                cut = next(_candidate_cuts(tail), None)
-                if cut is not None:
-                    yield Piece(self.raw_bytes - len(tail), tail[:cut])
-                    tail = tail[cut:]
-            if not check:
-                yield SYNC
-                closed = None
-                if self._rewound:  # pieces handed back: their cuts checked, not one chunk
-                    tail, self._rewound = self._rewound + tail, b""
-                    decoded, cut, closed = self._cut(tail, self.raw_bytes - len(tail),
-                                                     at_end=False)
-                    if decoded is not None:
-                        yield decoded
-                    if closed is None:
-                        tail = tail[cut:]
-                if closed is not None:  # the array's end was in what was handed back
-                    suffix += tail[closed:]
-                    phase = "suffix"
-        if phase == "events":
-            decoded, cut, closed = self._cut(tail, self.raw_bytes - len(tail), at_end=True)
-            if decoded is not None:
-                yield decoded
-            if closed is None:
-                raise TraceError(f"{self.path}: truncated trace (its traceEvents array is not "
-                                 f"closed after {self.raw_bytes / 1e6:.1f} MB)")
-            suffix += tail[closed:]
+            closed = yield from self._finish(check)
+            suffix = bytearray(memoryview(self._tail)[closed:])
+            self._tail = bytearray()
+            self._scan_outside(suffix, 1, (False, False, 1))
         self.outside = bytes(prefix) + bytes(suffix)
 
-    def _cut(self, data: bytes, offset: int, at_end: bool) -> tuple[T | None, int, int | None]:
-        """Decode the complete events at the start of ``data`` (which starts at an event
-        boundary, at byte ``offset`` of the file): returns (decoded or None, where the rest
-        begins, position of the array's closing ``]`` when it is in ``data``)."""
-        if not at_end:
-            for cut in _candidate_cuts(data):
-                array = _as_array(data, cut)
-                try:
-                    return self.decode(array), cut, None
-                except msgspec.ValidationError:
-                    continue
-                except msgspec.DecodeError as exc:
-                    # A wrong cut leaves the array open at its end ("truncated", or the "]"
-                    # added at the end out of place), or, past the events array's own end,
-                    # closes it early ("trailing characters"); any other error before the end
-                    # is corrupt data, which no other cut mends (the structure would not find
-                    # the array's end past it either, and read the rest of the file into one
-                    # chunk).
-                    if _malformed_before(exc, len(array) - 1):
-                        raise self._corrupt(exc, offset + cut + 2 - len(array)) from None
-                    continue
-        # The structure, then: the ends of the events and the array's end, if here.
-        positions, depths, _, _ = _structure(data, 0, False, False, 2)
-        values = np.frombuffer(data, np.uint8)[positions]
-        closes = positions[(depths == 1) & (values == 93)]
-        closed = int(closes[0]) if len(closes) else None
-        ends = positions[(depths == 2) & (values == 125)]
-        if closed is not None:
-            ends = ends[ends < closed]
-        if not len(ends):
-            return None, 0, closed
-        cut = int(ends[-1]) + 1
-        array = _as_array(data, cut)
+    def _step(self, check: bool) -> Iterator[Any]:
+        """Cut what can be cut of the events text (``_tail``): the events before a likely cut
+        (a piece, or decoded when ``check``), else the events before the last end the
+        structure shows. Returns the position of the array's closing ``]`` in what is left,
+        when it is there."""
+        while True:
+            if self._scanned:  # in a long stretch: only the structure, from where it stopped
+                break
+            confirmed = check or self._checked  # (else a piece's cut may be wrong: the text
+            # after it is not known to be at a boundary until SYNC)
+            if not self._at_boundary(strip=confirmed):
+                return None
+            tail = self._tail
+            if confirmed:
+                for cut in candidate_cuts(tail):
+                    array = as_array(tail, cut)
+                    try:
+                        decoded = self._decode(array, self._offset() + cut + 2 - len(array))
+                    except msgspec.ValidationError:
+                        continue
+                    except msgspec.DecodeError as exc:
+                        # A wrong cut leaves the array open at its end ("truncated", or the
+                        # "]" added at the end out of place), or, past the events array's own
+                        # end, closes it early ("trailing characters"); any other error before
+                        # the end is corrupt data, which no other cut mends.
+                        if _malformed_before(exc, len(array) - 1):
+                            raise self._corrupt(exc, self._offset() + cut + 2 - len(array)
+                                                ) from None
+                        continue
+                    yield decoded
+                    del tail[:cut]
+                    return None
+                break
+            cut = next(candidate_cuts(tail), None)
+            if cut is not None:
+                yield Piece(self._offset(), bytes(memoryview(tail)[:cut]))
+                del tail[:cut]
+                return None
+            yield SYNC  # a cut from the structure builds on every cut before it
+            if self._rewound:
+                continue  # the pieces handed back are cut again, checked
+            if not self._at_boundary(strip=True):
+                return None
+            break
+        decoded, closed = self._structural()
+        if decoded is not None:
+            yield decoded
+        return closed
+
+    def _finish(self, check: bool) -> Iterator[Any]:
+        """At the file's end: the last events (but the last one, as a piece when cutting
+        without checks; everything handed out confirmed), then, with checks, the rest up to
+        the array's end. Returns the position of its closing ``]``."""
+        if not (check or self._checked or self._scanned) and self._at_boundary(strip=False):
+            cut = next(candidate_cuts(self._tail), None)
+            if cut is not None:
+                yield Piece(self._offset(), bytes(memoryview(self._tail)[:cut]))
+                del self._tail[:cut]
+        if not check:
+            yield SYNC
+        while True:
+            closed = yield from self._step(check=True)
+            if closed is not None:
+                return closed
+            if not self._tail or self._scanned == len(self._tail):
+                raise TraceError(f"{self.path}: truncated trace (its traceEvents array is not "
+                                 f"closed after {self.raw_bytes / 1e6:.1f} MB)")
+
+    def _at_boundary(self, strip: bool) -> bool:
+        """With the events text at an event boundary: take back what was handed back and,
+        when ``strip`` (the boundary is confirmed), drop the separators and check that what
+        follows can begin a JSON value. False when nothing is left."""
+        if self._rewound:
+            self._tail[:0] = self._rewound
+            self._rewound = b""
+        tail = self._tail
+        if not strip:
+            return bool(tail)
+        skip = len(tail) - len(tail.lstrip(b" \t\r\n,"))
+        if skip:
+            del tail[:skip]
+        if tail and tail[0] not in _VALUE_START and tail[0] != 93:
+            raise self._bad_byte(self._offset(), tail[0], "where an event should begin")
+        return bool(tail)
+
+    def _structural(self) -> tuple[T | None, int | None]:
+        """Scan the events text from where the last scan stopped: decode the events before
+        the last end it shows (and drop them from ``_tail``); returns (decoded or None, the
+        position of the array's closing ``]`` in what is left, if there)."""
+        if self._rewound:  # handed back after the scan began: scan again from the boundary
+            self._tail[:0] = self._rewound
+            self._rewound = b""
+            self._scanned, self._state = 0, _BOUNDARY
+        tail, offset = self._tail, self._offset()
+        scan = structure(tail, self._scanned, *self._state)
+        self._raise_bad(tail, scan.bad, offset)
+        positions, depths = scan.positions, scan.depths
+        values = np.frombuffer(tail, np.uint8)[positions]
+        low = np.flatnonzero(depths < 2)
+        closed = None
+        if len(low):  # the array's "]", or a bracket that closes what was not opened
+            first = int(low[0])
+            closed = int(positions[first])
+            if values[first] != 93 or depths[first] != 1:
+                raise self._bad_byte(offset + closed, tail[closed], "closes what was not opened")
+            positions, depths, values = positions[:first], depths[:first], values[:first]
+        if closed is not None:  # the rest is decoded to the "]": no entry is left out
+            cut = closed if tail[:closed].strip(b" \t\r\n,") else 0
+        else:
+            ends = positions[(depths == 2) & (values == 125)]
+            cut = int(ends[-1]) + 1 if len(ends) else 0
+        if not cut:
+            if closed is None:
+                self._scanned = len(tail)
+                self._state = (scan.in_string, scan.escaped,
+                               int(depths[-1]) if len(depths) else self._state[2])
+            return None, closed
+        array = as_array(tail, cut)
         try:
-            return self.decode(array), cut, closed
+            decoded = self._decode(array, offset + cut + 2 - len(array))
         except msgspec.ValidationError:
             raise
         except msgspec.DecodeError as exc:
             raise self._corrupt(exc, offset + cut + 2 - len(array)) from None
+        del tail[:cut]
+        self._scanned, self._state = 0, _BOUNDARY
+        if closed is None:  # a checked boundary: the whitespace after it is not kept
+            del tail[:len(tail) - len(tail.lstrip(b" \t\r\n,"))]
+            return decoded, None
+        return decoded, closed - cut
+
+    def _prefix_scan(self, data: bytes, start: int, state: tuple[bool, bool, int], base: int
+                     ) -> tuple[int | None, tuple[bool, bool, int], int | None]:
+        """Scan ``data[start:]`` (before the events array; ``data[0]`` at file offset
+        ``base``) from ``state``: returns where the events array opens (if it does, before
+        the document's end), the state at the end, and where the document ended (just after
+        its top-level value's close), if it did."""
+        scan = structure(data, start, *state)
+        self._raise_bad(data, scan.bad, base)
+        positions, depths, end = until_closed(scan, 1)
+        state = (scan.in_string, scan.escaped, int(depths[-1]) if len(depths) else state[2])
+        return events_array_start(data, positions, depths), state, end
+
+    def _scan_outside(self, data: bytearray, start: int, state: tuple[bool, bool, int]
+                      ) -> tuple[tuple[bool, bool, int], bool]:
+        """Scan the suffix, ``data[start:]`` (its last byte the last read), from ``state``:
+        returns the state after it and whether the document ended there (its top-level value
+        closed; ``data`` is cut just after that, and what followed must be whitespace)."""
+        base = self.raw_bytes - len(data)
+        scan = structure(data, start, *state)
+        self._raise_bad(data, scan.bad, base)
+        _, depths, end = until_closed(scan, 1)
+        if end is None:
+            return (scan.in_string, scan.escaped, int(depths[-1]) if len(depths) else state[2]
+                    ), False
+        self._only_space(bytes(memoryview(data)[end:]), base + end)
+        del data[end:]
+        return (False, False, 0), True
+
+    def _check_top(self, block: bytes) -> None:
+        """The document's first byte (after whitespace) opens an object, or the file is not
+        a Kineto trace: said at once, not after reading the rest of it."""
+        first = block[0]
+        if first == 123:
+            return
+        if first in b'["-0123456789' or block.startswith(_LITERALS):
+            raise TraceError(f"{self.path}: not a Kineto trace (top level is not a JSON "
+                             "object)")
+        if first in b"tfn" and len(block) < 5:
+            return  # a literal cut by the block's edge, maybe: the decoder will say
+        raise self._bad_byte(self.raw_bytes - len(block), first, "where the document should "
+                             "begin")
+
+    def _only_space(self, data: bytes, offset: int) -> None:
+        """After the document's end only whitespace may follow; ``data`` is at ``offset``."""
+        rest = data.lstrip(_SPACE)
+        if rest:
+            raise self._bad_byte(offset + len(data) - len(rest), rest[0],
+                                 "after the end of the document")
+
+    def _hold(self, held: int, share: float, what: str, at: int | None = None) -> None:
+        """Refuse to hold more undecoded bytes than ``share`` of the memory limit."""
+        if self.memory_limit is None or held <= self.memory_limit * share:
+            return
+        raise TraceError(
+            f"{self.path}: too large for the memory limit: more than {held / 1e6:,.1f} MB of "
+            f"JSON {what}{'' if at is None else f' at byte {at:,}'}, past {share:.1%} of "
+            f"{self.limit_label or 'the limit'}; not a trace as torch.profiler writes it, or "
+            f"set a larger {_LIMIT_ENV}")
+
+    def _offset(self) -> int:
+        """The file offset of the events text's first byte."""
+        return self.raw_bytes - len(self._tail)
+
+    def _raise_bad(self, data: bytes | bytearray, bad: int, base: int) -> None:
+        """Raise for ``data[bad]``, a byte no JSON holds, if any (``data[0]`` is at ``base``)."""
+        if bad >= 0:
+            raise self._bad_byte(base + bad, data[bad], "")
+
+    def _bad_byte(self, offset: int, byte: int, where: str) -> TraceError:
+        """The one-line error for a byte that JSON never holds there."""
+        if byte < 32:
+            what = "a NUL byte" if byte == 0 else f"control character 0x{byte:02x}"
+        else:
+            what = f"{chr(byte)!r} (0x{byte:02x})" if byte < 128 else f"byte 0x{byte:02x}"
+        hint = "; a writer that stopped before it finished leaves NULs" if byte == 0 else ""
+        return TraceError(f"{self.path}: not valid JSON at byte {offset:,}"
+                          f"{' of the uncompressed trace' if self._gzipped() else ''} "
+                          f"({what}{', ' + where if where else ''}{hint})")
+
+    def _decode(self, array: bytes, array_start: int) -> T:
+        """``decode(array)``; JSON nested deeper than the decoder goes is a one-line error at
+        its deepest byte (``array_start``: the file offset of ``array[1]``)."""
+        try:
+            return self.decode(array)
+        except RecursionError:
+            scan = structure(array, 0, False, False, 0)
+            if not len(scan.depths):  # a control character stopped the scan: that is the error
+                raise self._bad_byte(array_start + max(scan.bad - 1, 0), array[scan.bad]
+                                     if scan.bad >= 0 else 0, "") from None
+            deepest = int(np.argmax(scan.depths))
+            raise TraceError(
+                f"{self.path}: not a Kineto trace: JSON nested {int(scan.depths[deepest]) + 1} "
+                f"levels deep at byte {array_start + int(scan.positions[deepest]) - 1:,}, more "
+                "than the decoder takes") from None
 
     def _corrupt(self, exc: msgspec.DecodeError, array_start: int) -> TraceError:
         """The one-line error for JSON that does not decode, at its byte in the file."""
@@ -236,7 +436,6 @@ class EventChunks(Generic[T]):
     def _gzipped(self) -> bool:
         with self.path.open("rb") as f:
             return f.read(2) == b"\x1f\x8b"
-
 
 def _malformed_before(exc: msgspec.DecodeError, position: int) -> bool:
     """Whether msgspec found malformed JSON before ``position`` of what it decoded."""
@@ -253,28 +452,6 @@ def _error_offset(exc: msgspec.DecodeError, array_start: int) -> int:
     return array_start + max(int(found.group(1)) - 1, 0) if found else array_start
 
 
-def _as_array(data: bytes, end: int) -> bytes:
-    """``data[:end]`` (whole events, maybe after a comma) as a JSON array, in one copy."""
-    start = 0
-    while start < end and data[start] in _SEPARATORS:
-        start += 1
-    return b"".join((b"[", memoryview(data)[start:end], b"]"))
-
-
-def _candidate_cuts(data: bytes) -> Iterator[int]:
-    """Positions just after a ``}`` followed by ``,`` and ``{`` (whitespace allowed), from the
-    end of ``data`` backwards: the likely ends of events."""
-    end = len(data)
-    for _ in range(_CUT_TRIES):
-        brace = data.rfind(b"}", 0, end)
-        if brace < 0:
-            return
-        end = brace
-        rest = data[brace + 1:brace + 64].lstrip(_SPACE)
-        if rest[:1] == b"," and rest[1:].lstrip(_SPACE)[:1] == b"{":
-            yield brace + 1
-
-
 def _blocks(path: Path, block_bytes: int) -> Iterator[bytes]:
     """The file's bytes (gunzipped when it is gzip) in blocks of at most ``block_bytes``."""
     try:
@@ -288,7 +465,7 @@ def _blocks(path: Path, block_bytes: int) -> Iterator[bytes]:
     with handle:
         head = handle.read(2)
         if head != b"\x1f\x8b":
-            yield head
+            yield head + handle.read(block_bytes)  # the document's first bytes in one block
             while block := handle.read(block_bytes):
                 yield block
             return
@@ -320,52 +497,3 @@ def _blocks(path: Path, block_bytes: int) -> Iterator[bytes]:
                              "compressed stream)")
 
 
-def _structure(data: bytes, start: int, in_string: bool, escaped: bool, depth: int
-               ) -> tuple[np.ndarray, np.ndarray, bool, bool]:
-    """Scan ``data[start:]`` (the state at ``start`` given): positions of the brackets outside
-    strings, the nesting depth after each, and the string/escape state at the end."""
-    b = np.frombuffer(data, np.uint8)[start:]
-    codes = _CODE[b]  # one pass: +1 for { [, -1 for } ], 2 for a quote, 0 elsewhere
-    marks = np.flatnonzero(codes)
-    kinds = codes[marks]
-    is_quote = kinds == 2
-    quotes = marks[is_quote]
-    if len(quotes):
-        # A quote is escaped when an odd run of backslashes precedes it (rare: check each one).
-        after_backslash = quotes[quotes > 0]
-        after_backslash = after_backslash[b[after_backslash - 1] == _BACKSLASH]
-        drop = [int(q) for q in after_backslash if _odd_run(b, int(q), escaped)]
-        if escaped and quotes[0] == 0:
-            drop.append(0)
-        if drop:
-            quotes = np.setdiff1d(quotes, np.asarray(drop, dtype=quotes.dtype),
-                                  assume_unique=True)
-    brackets = marks[~is_quote]
-    steps = kinds[~is_quote]
-    outside = (np.searchsorted(quotes, brackets) + int(in_string)) % 2 == 0
-    brackets = brackets[outside]
-    depths = depth + np.cumsum(steps[outside], dtype=np.int64)
-    end_in_string = in_string ^ bool(len(quotes) % 2)
-    return brackets + start, depths, end_in_string, end_in_string and _odd_run(
-        b, len(b), escaped)
-
-
-def _odd_run(b: np.ndarray, position: int, escaped_at_start: bool) -> bool:
-    """Whether the backslashes right before ``b[position]`` escape it (an odd run)."""
-    i = position - 1
-    while i >= 0 and b[i] == _BACKSLASH:
-        i -= 1
-    run = position - 1 - i
-    if i < 0 and escaped_at_start:  # the block's first backslash was itself escaped
-        run -= 1
-    return run % 2 == 1
-
-
-def _events_array_start(data: bytes, positions: np.ndarray, depths: np.ndarray) -> int | None:
-    """Position of the ``[`` that opens the top-level ``traceEvents`` array, if seen."""
-    values = np.frombuffer(data, np.uint8)[positions]
-    for pos in positions[(depths == 2) & (values == 91)]:
-        before = data[max(int(pos) - _LOOKBACK, 0):int(pos)].rstrip(b" \t\r\n")
-        if before.endswith(b":") and before[:-1].rstrip(b" \t\r\n").endswith(_KEY):
-            return int(pos)
-    return None
