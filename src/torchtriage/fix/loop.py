@@ -8,8 +8,8 @@ verify each with an A/B, keep what is proven, re-profile, move on.
    ``compile.mode`` from the cheapest compile up). A/Bs stop as soon as the answer is clear
    (``run_ab(adaptive=True)``), and the kept configuration's own trials serve as the next
    baseline, so a value search costs few trials. Failed, timed-out and OOM trials are recorded
-   as such; the candidate is dropped, the run goes on.
-   A search that keeps nothing may name a fallback (``optimizer.fused`` -> ``foreach``).
+   as such; the candidate is dropped, the run goes on. A search that keeps nothing may name
+   a fallback (``optimizer.fused`` -> ``foreach``).
 3. A fix is kept only when it is significantly faster and passes loss parity. After a kept
    fix the configuration is profiled again and the loop continues with whatever layer is now
    the bottleneck; a prescription measured `no_change` before may be tried once more under the
@@ -22,9 +22,9 @@ verify each with an A/B, keep what is proven, re-profile, move on.
    running job does not (a DataLoader queue still full, a warm phase): the round is marked
    ``window_agrees: false`` and, once per fix run, the configuration is profiled again after
    the steps the trials measured, and governing goes on from that diagnosis.
-4. It stops when no layer has anything injectable left, nothing was proven, or the budget is
-   spent; then an A/B of the final configuration against the original gives the speedup with
-   its interval, and ``fix.json``, ``fix.md`` and ``fix.patch`` are written.
+4. It stops when no layer (of ``FixSettings.layers``) has anything injectable left, nothing
+   was proven, or the budget is spent; then an A/B of the final configuration against the
+   original gives the speedup, and ``fix.json``, ``fix.md`` and ``fix.patch`` are written.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.knobs import served
 from torchtriage.diagnosis.result import Diagnosis, OutOfMemory
 from torchtriage.diagnosis.thresholds import WINDOW_DRIFT, window_holds
-from torchtriage.diagnosis.vocabulary import Layer
+from torchtriage.diagnosis.vocabulary import LAYERS, Layer
 from torchtriage.errors import TorchtriageError
 from torchtriage.fix import ladder
 from torchtriage.fix.candidates import NOT_INJECTED, machine_context, search_for
@@ -97,8 +97,7 @@ class FixSettings:
     # bounds each profile run
     trial: TrialSettings = field(default_factory=lambda: TrialSettings(trials=4))
     device_memory: int | None = None  # capacity for the memory rule on CPU, as for ``run``
-    # only these layers' fixes are tried (``--layers``); None: every layer
-    layers: tuple[Layer, ...] | None = None
+    layers: tuple[Layer, ...] | None = None  # only these layers' fixes (--layers); None: all
 
 
 def run_fix(
@@ -249,7 +248,7 @@ class _Loop:
         original_losses = losses
         stopped = ""
         while not stopped:
-            if diagnosis.primary == "memory" and self._allowed("memory"):
+            if diagnosis.primary == "memory" and "memory" in (self.settings.layers or LAYERS):
                 steps, rung, after = ladder.climb(self.profile, self.kept, len(self.rounds) - 1,
                                                   diagnosis, original_losses)
                 self.fix_steps.extend(steps)
@@ -278,10 +277,10 @@ class _Loop:
         layers = [diagnosis.primary] + [
             p.layer for p in diagnosis.prescriptions if p.layer not in (diagnosis.primary,
                                                                         "memory")]
-        layers = [layer for layer in dict.fromkeys(layers) if self._allowed(layer)]
+        layers = [x for x in dict.fromkeys(layers) if x in (self.settings.layers or LAYERS)]
         if not layers:
-            return (f"the {diagnosis.primary} layer is not among --layers "
-                    f"{','.join(self.settings.layers or ())}")
+            return f"the {diagnosis.primary} layer is not among --layers " + \
+                ",".join(self.settings.layers or ())
         tried_layers = []  # layers with an A/B run
         for layer in layers:
             todo = [p for p in diagnosis.prescriptions
@@ -299,9 +298,6 @@ class _Loop:
         if not tried_layers:
             return f"nothing left to try for the {' or '.join(layers)} layer"
         return f"no {' or '.join(tried_layers)} fix was proven faster"
-
-    def _allowed(self, layer: str) -> bool:
-        return self.settings.layers is None or layer in self.settings.layers
 
     def _eligible(self, prescription: str) -> bool:
         """Not tried yet, or measured `no_change` once under a configuration that has changed

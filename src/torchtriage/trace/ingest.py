@@ -54,7 +54,6 @@ class _TraceFile(msgspec.Struct):
 
 _DECODER = msgspec.json.Decoder(_TraceFile, strict=False)
 MEMORY_LIMIT_ENV = "TORCHTRIAGE_MEMORY_LIMIT"
-_CHUNK_INDEX = re.compile(r"\$\[\d+\]")  # msgspec's path to an event: its index in a chunk
 _AVAILABLE_SHARE = 0.8  # of the memory available when loading starts, by default
 
 
@@ -132,8 +131,7 @@ def load_trace(path: str | os.PathLike[str], memory_limit: int | None = None,
             for chunk in chunks:
                 add(chunk)
     except msgspec.ValidationError as exc:  # (the index in "$[N]" is the chunk's, not said)
-        raise TraceError(f"{path}: not a Kineto trace (an entry of traceEvents: "
-                         f"{_CHUNK_INDEX.sub('event', str(exc))})") from None
+        raise TraceError(f"{path}: not a Kineto trace ({_invalid(exc)})") from None
     try:
         if chunks.raw_bytes == 0 or not chunks.outside.strip():
             raise TraceError(f"{path}: empty file")
