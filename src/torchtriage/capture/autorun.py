@@ -13,8 +13,10 @@ session, so launcher processes such as ``torchrun`` itself are left alone.
   and knob outcomes (:mod:`~torchtriage.capture.record`); rank 0 gathers the job
   (:mod:`~torchtriage.capture.gather`).
 - **Losses** are the scalar tensors passed to ``backward()``; **batch sizes** come from the first
-  tensor each DataLoader yields (:mod:`~torchtriage.capture.signals`). Knobs are applied by
-  :mod:`~torchtriage.capture.knob_apply` through a :class:`~torchtriage.capture.knob_host.KnobHost`.
+  tensor each DataLoader yields; both are grouped into one per training step, however many
+  optimizers, micro-batches or closure calls it took (:mod:`~torchtriage.capture.signals`).
+  Knobs are applied by :mod:`~torchtriage.capture.knob_apply` through a
+  :class:`~torchtriage.capture.knob_host.KnobHost`.
 - ``max_steps`` stops the script cleanly (``SystemExit``) once that many steps ran; in timing
   mode a measured window shorter than ``timing_min_s`` runs on (one process only).
 - **Timing mode** (``mode="time"``, used by A/B trials): no profiler at all. Step boundaries
@@ -41,7 +43,7 @@ from torchtriage.capture.profiling import ProfilingWindow
 from torchtriage.capture.record import record_fields
 from torchtriage.capture.session import is_out_of_memory
 from torchtriage.capture.signals import SignalRecorder
-from torchtriage.capture.steps import StepClock, StepDetector
+from torchtriage.capture.steps import MANUAL, StepClock, StepDetector
 from torchtriage.results.run import RunConfig, RunRecord, decode_config
 
 ENV = "TORCHTRIAGE_RUN"
@@ -123,9 +125,9 @@ class AutoRun:
         self.memory.optimizer_stepped()
         if not self.finished and not self.timing:
             self.profiling.start_sampling()
-        # The next backward / batch belongs to the next iteration, even before the boundary of
-        # the first iteration is known.
-        self.signals.new_step()
+        # losses and batches so far belong to this optimizer step; grouped into training
+        # steps at the end, once the cycle is known
+        self.signals.close_segment(id(optimizer))
         for _ in range(self.detector.optimizer_stepped(optimizer)):
             self.boundary()
 
@@ -134,6 +136,7 @@ class AutoRun:
         self.detector.manual = True
         if not self.finished and not self.timing:
             self.profiling.start_sampling()
+        self.signals.close_segment(MANUAL)
         self.boundary()
 
     def boundary(self) -> None:
@@ -150,8 +153,6 @@ class AutoRun:
             self.clock.tick()
             if self.timing and steps == self.max_steps:
                 self._measure_longer(steps)
-            if self.detector.manual:
-                self.signals.new_step()
             if not self.timing:
                 stop = self.profiling.step_ended(steps)
         if stop or (self.max_steps and steps >= self.max_steps):

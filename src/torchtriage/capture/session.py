@@ -15,6 +15,9 @@ warm-up still leaves a trace instead of nothing (torch.profiler discards warm-up
 A loop that ends inside the active window is saved too, and the unfinished last step is marked
 partial. The profiler's own ``step()`` calls (including the one that exports the trace) are
 timed separately and never counted in step times.
+While the session is open, each call of a closure passed to ``optimizer.step(closure)`` runs in
+a range of its own (:mod:`torchtriage.capture.closures`), so that its forward and backward are
+not counted as optimizer time.
 """
 
 from __future__ import annotations
@@ -208,6 +211,9 @@ class ProfileSession:
         except BaseException:
             self._stderr.stop()
             raise
+        from torchtriage.capture.closures import mark_closures
+
+        self._closures = mark_closures()
         self._meta_added = False
         self._mark_warmup_once()
         self._last_return = time.perf_counter()
@@ -260,6 +266,7 @@ class ProfileSession:
             with _profiler_call():
                 prof.__exit__(exc_type, exc, tb)
         finally:
+            self._closures.remove()
             self._stderr.stop()
         oom = is_out_of_memory(exc)
         self.out_of_memory = out_of_memory_report(exc, self._steps_run) if oom else None

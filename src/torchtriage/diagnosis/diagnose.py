@@ -11,6 +11,7 @@ import statistics
 from pathlib import Path
 
 from torchtriage.analysis.breakdown import StepBreakdown, step_breakdown
+from torchtriage.analysis.categories import unmarked_closure_steps
 from torchtriage.analysis.collectives import collective_table
 from torchtriage.analysis.idle import comm_compute_overlap, idle_breakdown, temporal_breakdown
 from torchtriage.analysis.kernels import device_ops
@@ -352,6 +353,11 @@ def _missing(trace: Trace, steps: StepWindows) -> list[str]:
         out.append("Input Dims (record_shapes=False): dynamic shapes not assessed")
     if trace.has_device_activity and not (ev.correlation >= 0).any():
         out.append("correlation ids: kernels cannot be linked to launches")
+    unmarked = unmarked_closure_steps(trace)
+    if unmarked:
+        out.append(f"closure marks: {unmarked} Optimizer.step range(s) ran backward inside "
+                   "(optimizer.step(closure)); its backward is told apart by name, its forward "
+                   "is counted as optimizer time (torchtriage run or profile() marks closures)")
     return out
 
 

@@ -17,6 +17,7 @@ from torchtriage.analysis.categories import (
     is_communication_kernel,
     is_dataloader,
     is_host_communication,
+    optimizer_own_intervals,
 )
 from torchtriage.analysis.collectives import CollectiveStats
 from torchtriage.analysis.intervals import covers, merge, unique
@@ -24,7 +25,7 @@ from torchtriage.analysis.kernels import KERNEL_CLASSES, DeviceOps
 from torchtriage.analysis.launch import LaunchStats
 from torchtriage.analysis.memory import DeviceMemory
 from torchtriage.analysis.ops import OpNesting, in_steps
-from torchtriage.analysis.steps import OPTIMIZER_STEP_PREFIX, StepWindows
+from torchtriage.analysis.steps import StepWindows
 from torchtriage.analysis.transfers import SYNC_CALLS, Transfers
 from torchtriage.analysis.utilization import ClassTime, union_in_steps
 from torchtriage.diagnosis import thresholds as th
@@ -382,12 +383,12 @@ def _host_ops_per_step(f: Facts) -> float:
 
 
 def _optimizer_ops_per_step(f: Facts) -> float:
-    """Host ops that start inside ``Optimizer.step#...`` ranges, per analysed step."""
+    """Host ops that start inside ``Optimizer.step#...`` ranges, outside the closures they
+    run (forward and backward), per analysed step."""
     ev = f.trace.events
-    opt = np.flatnonzero(ev.name_mask(lambda n: n.startswith(OPTIMIZER_STEP_PREFIX)))
-    if opt.size == 0:
+    s, e = optimizer_own_intervals(f.trace, zero_grad=False)
+    if s.size == 0:
         return 0.0
-    s, e = merge(ev.ts[opt], ev.end[opt])
     rows = f.nesting.rows
     inside = covers(ev.ts[rows], s, e) & in_steps(ev.ts[rows], f.steps)
     return float(inside.sum()) / max(len(f.steps), 1)
