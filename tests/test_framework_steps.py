@@ -83,3 +83,97 @@ def test_gradient_accumulation_sums_micro_batches_into_one_step(tmp_path):
     # each micro-batch's loss / 2, summed: the same loss as one batch of 32 (same data)
     assert [p["loss"] for p in rec["losses"]] == pytest.approx(
         [p["loss"] for p in record(plain)["losses"]], rel=1e-4)
+
+
+# --- the profiling cost guard ----------------------------------------------------------
+
+
+def _lbfgs_loop(out: Path, steps: int, **options):
+    """An op-heavy step (LBFGS evaluating its closure 4 times) under torchtriage.profile."""
+    import torch
+
+    import torchtriage
+
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 16), torch.randn(64, 1)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=4, tolerance_grad=0.0,
+                            tolerance_change=0.0)
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+
+    with torchtriage.profile(out, **options) as prof:
+        for _ in range(steps):
+            opt.step(closure)
+            prof.step()
+    return prof
+
+
+def _trace_steps(out: Path) -> tuple[list[str], str]:
+    import gzip
+
+    (path,) = out.glob("*.pt.trace.json.gz")
+    text = gzip.decompress(path.read_bytes()).decode()
+    events = json.loads(text)["traceEvents"]
+    names = sorted({e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")})
+    return names, text
+
+
+def test_the_cost_guard_leaves_a_cheap_window_alone(tmp_path):
+    prof = _lbfgs_loop(tmp_path / "cheap", 10)
+    cost = prof.cost
+    assert cost is not None and cost.events_per_step > 100 and cost.action == "none"
+    assert (cost.planned_steps, cost.recorded_steps) == (7, 7)
+    assert len(_trace_steps(tmp_path / "cheap")[0]) == 7
+    assert json.loads((tmp_path / "cheap" / "run.json").read_text())["profile_cost"][
+        "events_per_step"] == cost.events_per_step
+
+
+def test_the_cost_guard_shortens_an_op_heavy_window_before_it_records(tmp_path, caplog):
+    """The probed step says how many events a step records; a window that would pass the
+    budget is shortened (then loses shapes) before anything is recorded, and says so."""
+    probe = _lbfgs_loop(tmp_path / "probe", 3).cost.events_per_step
+    with caplog.at_level("WARNING", logger="torchtriage.capture.session"):
+        prof = _lbfgs_loop(tmp_path / "short", 10, max_events=int(probe * 4.5))
+    cost = prof.cost
+    assert (prof.warmup, prof.active) == (1, 3) and cost.recorded_steps == 4
+    assert "window shortened to 1 warm-up + 3 active" in cost.action and not cost.dropped
+    assert "profiler events" in caplog.text and "window shortened" in caplog.text
+    names, text = _trace_steps(tmp_path / "short")
+    assert names == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+    assert '"Input Dims"' in text
+    assert prof.diagnosis.trace.steps_analyzed == [2, 3, 4]  # the warm-up step left out
+
+    prof = _lbfgs_loop(tmp_path / "bare", 10, max_events=probe)  # not even 3 steps fit
+    assert (prof.warmup, prof.active) == (1, 2)
+    assert prof.cost.dropped == ["record_shapes", "profile_memory"]
+    assert "may still take" in prof.cost.action
+    text = _trace_steps(tmp_path / "bare")[1]
+    assert '"Input Dims"' not in text and '"[memory]"' not in text
+
+
+def test_run_checks_the_window_the_cost_guard_shortened(tmp_path):
+    """Under `torchtriage run` the steady-state check times the window that was recorded."""
+    import os
+
+    from torchtriage.capture.runner import BOOTSTRAP
+
+    out = tmp_path / "run"
+    config = {"out": str(out), "max_events": 1000}
+    env = {**os.environ, "TORCHTRIAGE_RUN": json.dumps(config),
+           "PYTHONPATH": os.pathsep.join([str(BOOTSTRAP), str(REPO / "src")])}
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "closure_regression.py"),
+                           "--max-iter", "3", "--steps", "16", "--width", "32"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "torchtriage: one step records about" in proc.stderr
+    rec = record(out)
+    assert rec["profile_cost"]["recorded_steps"] == 3  # 1 warm-up + 2 active
+    (window,) = rec["windows"]
+    assert window["last_step"] - window["first_step"] + 1 == 2
+    doc = diagnosis(out) if (out / "diagnosis.json").exists() else None
+    assert doc is None or len(doc["trace"]["steps_analyzed"]) == 2

@@ -89,7 +89,7 @@ class AutoRun:
         self.profiling = ProfilingWindow(
             self.out, self.rank, config.schedule, config.skip, config.device_memory, self.clock,
             lambda: self.signals.loader_queue, config.max_steps, config.stop_after_window,
-            lambda: self.signals.ready)
+            lambda: self.signals.ready, config.max_events)
         self.memory = MemoryWatch()
         self.finished = False
         self._lock = threading.Lock()

@@ -181,10 +181,29 @@ WINDOW_CHECK_STEPS = Threshold(
     "which carries the trace export, is not counted)",
     "torchtriage default: a median of 5 is robust to one odd step",
 )
+PROFILE_EVENTS_BUDGET = Threshold(
+    "profile_events_budget", 100_000, "events",
+    "profiler events a window may record: the op events of a probed unprofiled step (shapes "
+    "and memory off) x its warm-up and active steps; above it the window is shortened (active "
+    "to 2, warm-up to 1 at least), then record_shapes, with_stack and profile_memory are "
+    "turned off, and the estimate is logged",
+    "measured 2026-12-01 on a shared 2-core CPU machine: the export costs about 180 µs per "
+    "such event (tests/scripts/closure_regression.py, LBFGS with 12 closure calls: 7 steps of "
+    "8,938 events exported in 11.2-12.4 s; issue 17's LBFGS, 152,759 ops per step, took 182 s "
+    "for 7 steps, 170 µs per op); 100k events keep the export under about 20 s",
+)
+PROFILE_EXPORT_US_PER_EVENT = Threshold(
+    "profile_export_us_per_event", 180.0, "µs per event",
+    "export cost per probed op event (memory, shapes and trace writing included) used to say "
+    "how long a window's export will take",
+    "the two measurements above (170-200 µs per op event with shapes and memory on)",
+)
 
 ALL: tuple[Threshold, ...] = (
     WINDOW_DRIFT,
     WINDOW_CHECK_STEPS,
+    PROFILE_EVENTS_BUDGET,
+    PROFILE_EXPORT_US_PER_EVENT,
     MEMORY_NEAR_CAPACITY,
     MEMORY_FRAGMENTATION,
     FRAGMENTATION_MIN_RESERVED,
