@@ -177,3 +177,34 @@ def test_run_checks_the_window_the_cost_guard_shortened(tmp_path):
     assert window["last_step"] - window["first_step"] + 1 == 2
     doc = diagnosis(out) if (out / "diagnosis.json").exists() else None
     assert doc is None or len(doc["trace"]["steps_analyzed"]) == 2
+
+
+# --- the Dataset as the slow part of the input pipeline --------------------------------
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_slow_dataset_is_named_with_its_time_per_sample(tmp_path, workers):
+    """__getitem__ busy for 2 ms per sample: timed in the training process (num_workers=0) or
+    in the workers, and named as the slow part of the loading layer."""
+    _, out = run(tmp_path, "--", "python", str(SCRIPTS / "slow_getitem.py"), "--workers",
+                 str(workers), "--getitem-ms", "2", "--steps", "30")
+    doc = diagnosis(out)
+    assert doc["primary"] == "data_loading"
+    per_sample = evidence(doc, "dataset_getitem_ms_per_sample")
+    assert 2.0 <= per_sample < 20.0, per_sample  # at least the busy wait; a loaded machine adds
+    finding = next(f for f in doc["findings"] if f["id"] == "data_loading.dataset")
+    assert finding["message"].startswith(f"Dataset.__getitem__ {per_sample:.2f} ms/sample")
+    where = "in 2 DataLoader worker(s)" if workers else "in the training process"
+    assert where in finding["message"]
+
+
+def test_dataset_figures_name_the_larger_part():
+    from torchtriage.diagnosis.dataset import dataset_verdict
+
+    meta = {"getitem_ms_per_sample": 0.05, "collate_ms_per_batch": 9.0,
+            "samples_per_batch": 16, "fetches": 5, "processes": 1, "where": "training process"}
+    evidence_, findings = dataset_verdict(meta, loading_share=0.5)
+    assert [f.id for f in findings] == ["data_loading.collate"]
+    assert next(e for e in evidence_ if e.metric == "dataset_getitem_share").fired is False
+    assert dataset_verdict(meta, loading_share=0.01)[1] == []  # loading is not significant
+    assert dataset_verdict(None, 0.5) == ([], []) and dataset_verdict({"x": 1}, 0.5) == ([], [])

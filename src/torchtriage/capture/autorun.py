@@ -7,6 +7,8 @@ script trains: the first optimizer step (or :func:`torchtriage.step`) starts the
 session, so launcher processes such as ``torchrun`` itself are left alone.
 
 - **Steps** are optimizer steps (:mod:`~torchtriage.capture.steps`).
+- **Dataset**: ``__getitem__`` time per sample, timed in whichever process fetches
+  (:mod:`~torchtriage.capture.dataset`), goes into the trace's metadata (profile mode).
 - **Profiling** runs :class:`~torchtriage.capture.session.ProfileSession` with the run's schedule
   after ``skip`` steps (:mod:`~torchtriage.capture.profiling`), one trace per rank (``rank<N>``
   in the file name), and a run record ``run.rank<N>.json`` with step times, losses, batch sizes
@@ -37,6 +39,7 @@ import threading
 from pathlib import Path
 
 from torchtriage.capture import gather
+from torchtriage.capture.dataset import DatasetTimer
 from torchtriage.capture.knob_host import KnobHost
 from torchtriage.capture.oom import MemoryWatch
 from torchtriage.capture.profiling import ProfilingWindow
@@ -85,11 +88,12 @@ class AutoRun:
         self.detector = StepDetector()
         self.clock = StepClock(config.timing_warmup)
         self.signals = SignalRecorder(self.host)
+        self.dataset = DatasetTimer(self.out, self.rank)
         self.max_steps = config.max_steps  # timing mode extends it by a DataLoader queue
         self.profiling = ProfilingWindow(
             self.out, self.rank, config.schedule, config.skip, config.device_memory, self.clock,
             lambda: self.signals.loader_queue, config.max_steps, config.stop_after_window,
-            lambda: self.signals.ready, config.max_events)
+            lambda: self.signals.ready, config.max_events, self.dataset.totals)
         self.memory = MemoryWatch()
         self.finished = False
         self._lock = threading.Lock()
@@ -103,6 +107,8 @@ class AutoRun:
 
         register_optimizer_step_post_hook(self._on_optimizer_step)
         self.signals.install(torch)
+        if not self.timing:
+            self.dataset.install()
         from torchtriage.capture import knob_apply
 
         knob_apply.apply_global(self.host)

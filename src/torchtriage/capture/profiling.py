@@ -52,12 +52,13 @@ class ProfilingWindow:
                  loader_queue: Callable[[], int], max_steps: int | None = None,
                  stop_after_window: bool = False,
                  ready: Callable[[], list[int]] = list,
-                 max_events: int | None = None) -> None:
+                 max_events: int | None = None, dataset_totals: Any = None) -> None:
         self.out, self.rank, self.schedule = out, rank, schedule
         self.skip, self.device_memory = skip, device_memory
         self.clock, self.loader_queue, self.ready = clock, loader_queue, ready
         self.max_steps, self.stop_after_window = max_steps, stop_after_window
         self.max_events = max_events  # the session's cost guard budget (None: default)
+        self.dataset_totals = dataset_totals  # the Dataset's running totals, for the session
         self.session: Any = None  # the ProfileSession, once started
         self.sampler: Any = None  # the MachineSampler, once started
         self.checks: list[WindowCheck] = []  # one per window, the last one current
@@ -199,4 +200,5 @@ class ProfilingWindow:
             wait=self.schedule.wait, warmup=self._warmup, active=self.schedule.active,
             max_events=self.max_events,
         )
+        self.session.dataset_totals = self.dataset_totals
         self.session.__enter__()

@@ -178,6 +178,10 @@ class ProfileSession:
         self.cost: ProfileCost | None = None  # what the guard estimated and did
         self._probe: Any = None  # the profiler of the probed step, while it runs
         self._probe_retried = False
+        # the Dataset's running totals (capture/dataset.py; torchtriage run): the window's
+        # share goes into the trace metadata as "dataset"
+        self.dataset_totals: Any = None
+        self._dataset_start: Any = None
         # Filled by the caller (e.g. the zero-code runner) and merged into the run record:
         # values of RunRecord fields, by field name.
         self.extra_record: dict[str, Any] = extra_record if extra_record is not None else {}
@@ -258,6 +262,8 @@ class ProfileSession:
         self._step_ms.append((number, (entered - self._last_return) * 1e3))
         if self._probe is not None:
             self._guard_cost()  # before the step that starts recording
+        if number == self.last_recorded_step and self._meta_added:
+            self._add_dataset_metadata()  # before the step that saves the trace
         # Metadata must reach the trace before it is saved; add it while recording.
         with _profiler_call():
             self._prof.step()
@@ -352,10 +358,21 @@ class ProfileSession:
             self._meta = {"warmup_steps": self._warmup_numbers(), "partial_steps": []}
             if self.cost is not None:
                 self._meta["profile_cost"] = msgspec.to_builtins(self.cost)
+            if self.dataset_totals is not None:
+                self._dataset_start = self.dataset_totals()
             if self.profile_memory:  # CUDA totals are absolute; CPU ones need the baseline
                 self._meta["cpu_baseline_bytes"] = live_cpu_tensor_bytes()
             self._add_metadata_to(self._prof, self._meta)
             self._meta_added = True
+
+    def _add_dataset_metadata(self) -> None:
+        """The Dataset's time per sample over the recorded steps (see capture/dataset.py)."""
+        if self.dataset_totals is None or self._dataset_start is None:
+            return
+        summary = self.dataset_totals().minus(self._dataset_start).summary()
+        if summary is not None:
+            self._meta["dataset"] = summary
+            self._add_metadata_to(self._prof, self._meta)
 
     def _warmup_numbers(self) -> list[int]:
         return list(range(self.wait, self.wait + self.warmup))

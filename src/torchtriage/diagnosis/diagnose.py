@@ -26,6 +26,7 @@ from torchtriage.diagnosis import result as r
 from torchtriage.diagnosis import rules
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import COST_LABELS, Remedy
+from torchtriage.diagnosis.dataset import dataset_verdict
 from torchtriage.diagnosis.vocabulary import (
     CONFIDENCE_LEVELS,
     CPU_CATEGORY_LAYER,
@@ -87,7 +88,7 @@ def diagnose(
     primary, runner_up = ("memory", None) if memory_fired else _time_primary(facts)
     verdicts = {
         "memory": memory_verdict,
-        "data_loading": rules.data_loading_rule(facts),
+        "data_loading": _with_dataset(rules.data_loading_rule(facts), trace, facts),
         "host": rules.host_rule(facts),
         "kernel": rules.kernel_rule(facts, primary == "kernel"),
         "communication": rules.communication_rule(facts),
@@ -327,6 +328,16 @@ def _round(value: float | None, digits: int) -> float | None:
 
 
 _ACCELERATOR_WITHOUT_KERNELS = ("device events of a non-GPU accelerator", "device kernels (")
+
+
+def _with_dataset(verdict: rules.Verdict, trace: Trace, facts: rules.Facts) -> rules.Verdict:
+    """The data-loading verdict with the Dataset timing of ``torchtriage run`` (when the trace
+    has it): its evidence, and the finding that names the slow part first."""
+    evidence, findings = dataset_verdict(trace.meta.torchtriage.get("dataset"),
+                                         facts.share("data_loading"))
+    verdict.evidence.extend(evidence)
+    verdict.findings[:0] = findings
+    return verdict
 
 
 def _missing(trace: Trace, steps: StepWindows) -> list[str]:

@@ -181,6 +181,12 @@ WINDOW_CHECK_STEPS = Threshold(
     "which carries the trace export, is not counted)",
     "torchtriage default: a median of 5 is robust to one odd step",
 )
+DATASET_GETITEM_SHARE = Threshold(
+    "dataset_getitem_share", 0.5, "share of a batch's loading time",
+    "share of a batch's loading time (__getitem__ x samples + collate_fn) spent in "
+    "Dataset.__getitem__ at which the Dataset, not collate_fn, is named as the slow part",
+    "torchtriage default: the larger of the two parts is the one to make cheaper",
+)
 PROFILE_EVENTS_BUDGET = Threshold(
     "profile_events_budget", 100_000, "events",
     "profiler events a window may record: the op events of a probed unprofiled step (shapes "
@@ -209,6 +215,7 @@ ALL: tuple[Threshold, ...] = (
     FRAGMENTATION_MIN_RESERVED,
     CPU_SATURATED,
     DATA_LOADING_SIGNIFICANT,
+    DATASET_GETITEM_SHARE,
     COMMUNICATION_SIGNIFICANT,
     HOST_SIGNIFICANT,
     KERNEL_SIGNIFICANT,
