@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torchtriage.analysis.breakdown import attribute, step_breakdown
-from torchtriage.analysis.intervals import covered_within, merge, total
+from torchtriage.analysis.categories import CLOSURE_PREFIX, unmarked_closure_steps
+from torchtriage.analysis.intervals import covered_within, merge, subtract, total
 from torchtriage.analysis.steps import find_steps
 from torchtriage.trace import load_trace
 
@@ -110,6 +111,51 @@ def test_cpu_breakdown_exact(tmp_path):
     got = dict(zip(b.categories, b.exposed_us[0], strict=True))
     assert got == pytest.approx({"data_loading": 100, "optimizer": 100, "backward": 250,
                                  "forward": 200, "communication": 200, "other": 150})
+
+
+def _closure_step(marked: bool) -> list[dict]:
+    """One step of an optimizer that runs a closure twice (LBFGS): [0, 1000) µs, the
+    optimizer's own ops at [110, 150) and [560, 600), zero_grad inside each closure call."""
+    events = [x("ProfilerStep#3", 0, 1000, cat="user_annotation"),
+              x("Optimizer.step#LBFGS.step", 100, 800, cat="user_annotation"),
+              x("aten::dot", 110, 40)]
+    for start in (150, 600):  # closure calls of 250 µs (the second ends at 850)
+        if marked:
+            events.append(x(CLOSURE_PREFIX + "LBFGS", start, 250, cat="user_annotation"))
+        events += [x("Optimizer.zero_grad#LBFGS.zero_grad", start + 5, 10,
+                     cat="user_annotation"),
+                   x("aten::linear", start + 20, 100),  # forward and loss
+                   x("autograd::engine::evaluate_function: AddmmBackward0", start + 130, 100),
+                   x("AddmmBackward0", start + 135, 90)]
+    return [*events, x("aten::add_", 560, 40)]
+
+
+@pytest.mark.parametrize("marked", [True, False])
+def test_a_closure_is_forward_and_backward_not_optimizer(tmp_path, marked):
+    """optimizer.step(closure): the closure's forward and backward are attributed by their
+    own ops. A trace torchtriage did not capture has no closure marks: its backward is still
+    told apart by name, its forward stays optimizer time, and the trace says so."""
+    trace = load_trace(write_trace(tmp_path / "closure.json", _closure_step(marked)))
+    b = step_breakdown(trace, find_steps(trace))
+    got = dict(zip(b.categories, b.exposed_us[0], strict=True))
+    own = 50 + 200 + 50  # the step range outside the closures: [100, 150), [400, 600), [850, 900)
+    if marked:  # each closure call: 250 = 10 zero_grad (optimizer) + 100 backward + 140 forward
+        assert got == pytest.approx({"data_loading": 0, "optimizer": own + 2 * 10,
+                                     "backward": 2 * 100, "forward": 2 * 140,
+                                     "communication": 0, "other": 1000 - 800})
+        assert unmarked_closure_steps(trace) == 0
+    else:
+        assert got["backward"] == pytest.approx(2 * 100)
+        assert got["optimizer"] == pytest.approx(800 - 2 * 100)
+        assert unmarked_closure_steps(trace) == 1
+
+
+def test_subtract_removes_the_cuts_from_the_union():
+    s, e = subtract(np.array([0.0, 50.0]), np.array([40.0, 100.0]),
+                    np.array([10.0, 30.0, 90.0]), np.array([20.0, 60.0, 200.0]))
+    assert s.tolist() == [0.0, 20.0, 60.0] and e.tolist() == [10.0, 30.0, 90.0]
+    s, e = subtract(np.array([0.0]), np.array([5.0]), np.zeros(0), np.zeros(0))
+    assert (s.tolist(), e.tolist()) == ([0.0], [5.0])
 
 
 def test_step_fallbacks(tmp_path):

@@ -4,6 +4,11 @@ Categories claim time in priority order (:mod:`torchtriage.analysis.categories`)
 covered by a category's events, minus what higher categories already claimed, is that
 category's *exposed* time. The remainder category takes what nobody claimed, so the categories
 of a step sum to its wall time exactly.
+
+On CPU traces the optimizer claims its own time only
+(:func:`~torchtriage.analysis.categories.optimizer_own_intervals`): the forward, loss and
+backward of a closure that ``optimizer.step(closure)`` runs (LBFGS, Lightning) fall to the
+categories of their own ops.
 """
 
 from __future__ import annotations
@@ -11,7 +16,11 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from torchtriage.analysis.categories import categories_for, category_masks
+from torchtriage.analysis.categories import (
+    categories_for,
+    category_masks,
+    optimizer_own_intervals,
+)
 from torchtriage.analysis.intervals import covers, merge, unique
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import Trace
@@ -45,11 +54,10 @@ def step_breakdown(trace: Trace, steps: StepWindows) -> StepBreakdown:
     """Attribute the wall time of each step in ``steps`` to the trace mode's categories."""
     categories = categories_for(trace)
     masks = category_masks(trace, steps.main_thread)
-    exposed = attribute(
-        steps.start,
-        steps.end,
-        [(trace.events.ts[masks[c]], trace.events.end[masks[c]]) for c in categories[:-1]],
-    )
+    claims = [(trace.events.ts[masks[c]], trace.events.end[masks[c]]) for c in categories[:-1]]
+    if "optimizer" in categories:
+        claims[categories.index("optimizer")] = optimizer_own_intervals(trace)
+    exposed = attribute(steps.start, steps.end, claims)
     return StepBreakdown(
         categories=categories,
         step_numbers=steps.numbers.copy(),

@@ -12,6 +12,8 @@ import re
 
 import numpy as np
 
+from torchtriage.analysis.intervals import merge, subtract
+from torchtriage.analysis.steps import OPTIMIZER_STEP_PREFIX
 from torchtriage.trace.model import HOST_KINDS, EventKind, Trace
 
 # GPU (any trace with device activity), priority order.
@@ -38,7 +40,11 @@ CPU_CATEGORIES: tuple[str, ...] = (
 )
 
 DATALOADER_PREFIX = "enumerate(DataLoader)"
-_OPTIMIZER = ("Optimizer.step#", "Optimizer.zero_grad#")
+OPTIMIZER_ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
+_OPTIMIZER = (OPTIMIZER_STEP_PREFIX, OPTIMIZER_ZERO_GRAD_PREFIX)
+# the range torchtriage's capture puts around each call of a closure passed to
+# optimizer.step(closure) (LBFGS, Lightning's automatic optimization): "...#<Optimizer class>"
+CLOSURE_PREFIX = "torchtriage.closure#"
 _BACKWARD = re.compile(
     r"^autograd::engine::evaluate_function|Backward\d*$|^torch::autograd::AccumulateGrad"
 )
@@ -64,6 +70,64 @@ def is_h2d_copy(name: str) -> bool:
     return bool(_H2D.search(name))
 
 
+def is_closure(name: str) -> bool:
+    return name.startswith(CLOSURE_PREFIX)
+
+
+def is_backward(name: str) -> bool:
+    return bool(_BACKWARD.search(name))
+
+
+def optimizer_own_intervals(trace: Trace, *, zero_grad: bool = True
+                            ) -> tuple[np.ndarray, np.ndarray]:
+    """The optimizer's own time: ``Optimizer.step#`` ranges minus what runs inside them on the
+    optimizer's behalf but is the model's work, plus ``Optimizer.zero_grad#`` ranges (with
+    ``zero_grad``), as sorted, disjoint (starts, ends).
+
+    Subtracted from a step range: the closure calls torchtriage marked (``CLOSURE_PREFIX``:
+    forward, loss and backward of an ``optimizer.step(closure)``), and backward ops (an
+    optimizer never runs autograd itself: in a trace captured elsewhere, a closure's
+    backward is still told apart by its ops' names; its forward is not, see
+    :func:`unmarked_closure_steps`)."""
+    ev = trace.events
+    host = np.isin(ev.kind, HOST_KINDS)
+    step = np.flatnonzero(host & ev.name_mask(lambda n: n.startswith(OPTIMIZER_STEP_PREFIX)))
+    if step.size == 0 and not zero_grad:
+        return np.zeros(0), np.zeros(0)
+    cut = np.flatnonzero(host & ev.name_mask(lambda n: is_closure(n) or is_backward(n)))
+    s, e = subtract(ev.ts[step], ev.end[step], ev.ts[cut], ev.end[cut])
+    if zero_grad:
+        zg = np.flatnonzero(host & ev.name_mask(
+            lambda n: n.startswith(OPTIMIZER_ZERO_GRAD_PREFIX)))
+        s, e = merge(np.concatenate([s, ev.ts[zg]]), np.concatenate([e, ev.end[zg]]))
+    return s, e
+
+
+def unmarked_closure_steps(trace: Trace) -> int:
+    """``Optimizer.step#`` ranges that ran backward ops inside without a closure mark: a
+    closure torchtriage did not see (a trace captured elsewhere), whose forward is counted as
+    optimizer time."""
+    ev = trace.events
+    host = np.isin(ev.kind, HOST_KINDS)
+    step = np.flatnonzero(host & ev.name_mask(lambda n: n.startswith(OPTIMIZER_STEP_PREFIX)))
+    if step.size == 0:
+        return 0
+    marked = np.flatnonzero(host & ev.name_mask(is_closure))
+    backward = np.flatnonzero(host & ev.name_mask(is_backward))
+    if backward.size == 0:
+        return 0
+    order = np.argsort(ev.ts[step], kind="stable")
+    starts, ends = ev.ts[step][order], ev.end[step][order]
+
+    def inside(rows: np.ndarray) -> set[int]:
+        idx = np.searchsorted(starts, ev.ts[rows], side="right") - 1
+        ok = idx >= 0
+        ok[ok] = ev.ts[rows][ok] < ends[idx[ok]]
+        return set(idx[ok].tolist())
+
+    return len(inside(backward) - inside(marked))
+
+
 def category_masks(trace: Trace, main_thread: int) -> dict[str, np.ndarray]:
     """Row mask per category (without the remainder category) for the trace's mode."""
     ev = trace.events
@@ -83,6 +147,7 @@ def category_masks(trace: Trace, main_thread: int) -> dict[str, np.ndarray]:
             "data_loading": dataloader,
             "cpu_exec": host & ~dataloader,
         }
+    # (the optimizer's claim is its own time, optimizer_own_intervals; the mask is its lane)
     optimizer = host & ev.name_mask(lambda n: n.startswith(_OPTIMIZER))
     backward = host & ev.name_mask(_BACKWARD.search)
     comm = host & ev.name_mask(is_host_communication)

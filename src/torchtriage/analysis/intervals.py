@@ -74,3 +74,19 @@ def total(starts: np.ndarray, ends: np.ndarray) -> float:
     """Length of the union of the intervals."""
     s, e = merge(starts, ends)
     return float((e - s).sum())
+
+
+def subtract(starts: np.ndarray, ends: np.ndarray, cut_starts: np.ndarray, cut_ends: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the intervals minus the union of the cuts, as sorted, disjoint (starts,
+    ends): the boundaries of both unions, merged, cut the line into pieces; a piece is kept
+    when its midpoint is covered by the first union and not by the cuts."""
+    s, e = merge(starts, ends)
+    cs, ce = merge(cut_starts, cut_ends)
+    if s.size == 0 or cs.size == 0:
+        return s, e
+    bounds = unique(np.concatenate([s, e, cs, ce]))
+    lo, hi = bounds[:-1], bounds[1:]
+    mid = (lo + hi) / 2
+    keep = covers(mid, s, e) & ~covers(mid, cs, ce)
+    return merge(lo[keep], hi[keep])

@@ -7,14 +7,18 @@ script trains: the first optimizer step (or :func:`torchtriage.step`) starts the
 session, so launcher processes such as ``torchrun`` itself are left alone.
 
 - **Steps** are optimizer steps (:mod:`~torchtriage.capture.steps`).
+- **Dataset**: ``__getitem__`` time per sample, timed in whichever process fetches
+  (:mod:`~torchtriage.capture.dataset`), goes into the trace's metadata (profile mode).
 - **Profiling** runs :class:`~torchtriage.capture.session.ProfileSession` with the run's schedule
   after ``skip`` steps (:mod:`~torchtriage.capture.profiling`), one trace per rank (``rank<N>``
   in the file name), and a run record ``run.rank<N>.json`` with step times, losses, batch sizes
   and knob outcomes (:mod:`~torchtriage.capture.record`); rank 0 gathers the job
   (:mod:`~torchtriage.capture.gather`).
 - **Losses** are the scalar tensors passed to ``backward()``; **batch sizes** come from the first
-  tensor each DataLoader yields (:mod:`~torchtriage.capture.signals`). Knobs are applied by
-  :mod:`~torchtriage.capture.knob_apply` through a :class:`~torchtriage.capture.knob_host.KnobHost`.
+  tensor each DataLoader yields; both are grouped into one per training step, however many
+  optimizers, micro-batches or closure calls it took (:mod:`~torchtriage.capture.signals`).
+  Knobs are applied by :mod:`~torchtriage.capture.knob_apply` through a
+  :class:`~torchtriage.capture.knob_host.KnobHost`.
 - ``max_steps`` stops the script cleanly (``SystemExit``) once that many steps ran; in timing
   mode a measured window shorter than ``timing_min_s`` runs on (one process only).
 - **Timing mode** (``mode="time"``, used by A/B trials): no profiler at all. Step boundaries
@@ -35,13 +39,14 @@ import threading
 from pathlib import Path
 
 from torchtriage.capture import gather
+from torchtriage.capture.dataset import DatasetTimer
 from torchtriage.capture.knob_host import KnobHost
 from torchtriage.capture.oom import MemoryWatch, capped_capacity
 from torchtriage.capture.profiling import ProfilingWindow
 from torchtriage.capture.record import record_fields
 from torchtriage.capture.session import is_out_of_memory
 from torchtriage.capture.signals import SignalRecorder
-from torchtriage.capture.steps import StepClock, StepDetector
+from torchtriage.capture.steps import MANUAL, StepClock, StepDetector
 from torchtriage.results.run import RunConfig, RunRecord, decode_config
 
 ENV = "TORCHTRIAGE_RUN"
@@ -83,11 +88,12 @@ class AutoRun:
         self.detector = StepDetector()
         self.clock = StepClock(config.timing_warmup)
         self.signals = SignalRecorder(self.host)
+        self.dataset = DatasetTimer(self.out, self.rank)
         self.max_steps = config.max_steps  # timing mode extends it by a DataLoader queue
         self.profiling = ProfilingWindow(
             self.out, self.rank, config.schedule, config.skip, config.device_memory, self.clock,
             lambda: self.signals.loader_queue, config.max_steps, config.stop_after_window,
-            lambda: self.signals.ready)
+            lambda: self.signals.ready, config.max_events, self.dataset.totals)
         self.memory = MemoryWatch()
         self.finished = False
         self._lock = threading.Lock()
@@ -101,6 +107,8 @@ class AutoRun:
 
         register_optimizer_step_post_hook(self._on_optimizer_step)
         self.signals.install(torch)
+        if not self.timing:
+            self.dataset.install()
         from torchtriage.capture import knob_apply
 
         knob_apply.apply_global(self.host)
@@ -123,9 +131,9 @@ class AutoRun:
         self.memory.optimizer_stepped()
         if not self.finished and not self.timing:
             self.profiling.start_sampling()
-        # The next backward / batch belongs to the next iteration, even before the boundary of
-        # the first iteration is known.
-        self.signals.new_step()
+        # losses and batches so far belong to this optimizer step; grouped into training
+        # steps at the end, once the cycle is known
+        self.signals.close_segment(id(optimizer))
         for _ in range(self.detector.optimizer_stepped(optimizer)):
             self.boundary()
 
@@ -134,6 +142,7 @@ class AutoRun:
         self.detector.manual = True
         if not self.finished and not self.timing:
             self.profiling.start_sampling()
+        self.signals.close_segment(MANUAL)
         self.boundary()
 
     def boundary(self) -> None:
@@ -150,8 +159,6 @@ class AutoRun:
             self.clock.tick()
             if self.timing and steps == self.max_steps:
                 self._measure_longer(steps)
-            if self.detector.manual:
-                self.signals.new_step()
             if not self.timing:
                 stop = self.profiling.step_ended(steps)
         if stop or (self.max_steps and steps >= self.max_steps):

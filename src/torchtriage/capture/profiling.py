@@ -51,11 +51,14 @@ class ProfilingWindow:
                  device_memory: int | None, clock: StepClock,
                  loader_queue: Callable[[], int], max_steps: int | None = None,
                  stop_after_window: bool = False,
-                 ready: Callable[[], list[int]] = list) -> None:
+                 ready: Callable[[], list[int]] = list,
+                 max_events: int | None = None, dataset_totals: Any = None) -> None:
         self.out, self.rank, self.schedule = out, rank, schedule
         self.skip, self.device_memory = skip, device_memory
         self.clock, self.loader_queue, self.ready = clock, loader_queue, ready
         self.max_steps, self.stop_after_window = max_steps, stop_after_window
+        self.max_events = max_events  # the session's cost guard budget (None: default)
+        self.dataset_totals = dataset_totals  # the Dataset's running totals, for the session
         self.session: Any = None  # the ProfileSession, once started
         self.sampler: Any = None  # the MachineSampler, once started
         self.checks: list[WindowCheck] = []  # one per window, the last one current
@@ -142,8 +145,12 @@ class ProfilingWindow:
                 self.checks.append(check)
 
     def _window(self) -> tuple[int, int]:
-        first = self._started_at + self.schedule.wait + self._warmup + 1
-        return first, first + self.schedule.active - 1
+        # the session's schedule: its cost guard may have moved or shortened the window
+        wait, warmup, active = self.schedule.wait, self._warmup, self.schedule.active
+        if self.session is not None:
+            wait, warmup, active = self.session.wait, self.session.warmup, self.session.active
+        first = self._started_at + wait + warmup + 1
+        return first, first + active - 1
 
     def active_steps(self) -> tuple[int, int] | None:
         """The current session's first and last profiled (active) step, counted from the first
@@ -201,5 +208,7 @@ class ProfilingWindow:
             self.out, analyze=False, device_memory=self.device_memory,
             worker_name=f"rank{self.rank}_{os.getpid()}", record_name=f"run.rank{self.rank}.json",
             wait=self.schedule.wait, warmup=self._warmup, active=self.schedule.active,
+            max_events=self.max_events,
         )
+        self.session.dataset_totals = self.dataset_totals
         self.session.__enter__()

@@ -1,10 +1,23 @@
 """What the training process says about each step besides its time: the loss passed to
-``backward()``, the batch size of the first tensor each DataLoader yields, and how many
-batches a DataLoader with workers keeps in flight (``num_workers x prefetch_factor``).
+``backward()``, the batch size of the tensors DataLoaders yield, and how many batches a
+DataLoader with workers keeps in flight (``num_workers x prefetch_factor``).
 
-Losses are kept detached and read once at the end (no sync per step). When
-``memory.grad_accumulation`` split the batches (``micro_batches > 1``), a step's loss is the
-mean of its micro-batches' losses and its batch size their sum.
+Both are recorded per *segment* (what happened up to each optimizer step, or up to each
+:func:`torchtriage.step`) and grouped into training steps at the end, when the optimizer
+cycle is known (:class:`~torchtriage.capture.steps.StepDetector`): one loss and one batch size
+per training step, however many optimizers, backward calls and batches it took.
+
+- **Loss**: the sum of the scalars passed to ``backward()`` in the step's first segment that
+  has any (a GAN: the discriminator's real and fake losses, as dcgan's ``errD``; gradient
+  accumulation: each micro-batch's scaled loss, summed to the step's mean), divided by
+  ``memory.grad_accumulation``'s micro-batches when that knob split the batches (its
+  micro-batch losses are unscaled). Inside ``optimizer.step(closure)`` only the closure's first
+  call counts: LBFGS evaluates it again at each line-search point, and returns the first.
+- **Batch size**: the sum of the first tensor's leading dimension over the batches the step
+  fetched from the first dataset it read (accumulation: its micro-batches; a GAN's generator
+  step fetches nothing).
+
+Losses are kept detached and read once at the end (no sync per step).
 """
 
 from __future__ import annotations
@@ -42,44 +55,56 @@ def _ready_batches(it: Any) -> int | None:
         return None
 
 
+class Segment:
+    """What happened up to one optimizer step (or one torchtriage.step())."""
+
+    __slots__ = ("batches", "key", "losses")
+
+    def __init__(self) -> None:
+        self.key: object = None  # id of the optimizer that closed it, or MANUAL
+        self.losses: list[Any] = []  # detached scalar tensors passed to backward()
+        self.batches: list[tuple[int, int]] = []  # (id of the dataset, batch size)
+
+
 class SignalRecorder:
     """Patches ``Tensor.backward`` and the DataLoader iterator to record losses and batch
-    sizes per step (see the module docstring)."""
+    sizes per segment (see the module docstring)."""
 
     def __init__(self, host: KnobHost) -> None:
         self.host = host
-        self.losses: list[Any] = []  # detached scalar tensors, one per step
-        self.loss_counts: list[int] = []  # backward calls summed into each step's loss
-        self.batch_sizes: list[int] = []
-        self._loss_this_step = False
-        self._batch_this_step = False
+        self.segments: list[Segment] = []  # closed segments, in order
+        self._open = Segment()
+        self._closure_call: int | None = None  # index of the running closure call, if any
         # the most batches a DataLoader had in flight (num_workers x prefetch_factor)
         self.loader_queue = 0
         # batches already waiting in a worker DataLoader's queue after each fetch (recent)
         self.ready: list[int] = []
         self.loader_workers = 0  # the most worker processes a DataLoader used
 
-    def new_step(self) -> None:
-        """The next backward / batch belongs to the next step."""
-        self._loss_this_step = self._batch_this_step = False
+    def close_segment(self, key: object) -> None:
+        """An optimizer step (``key``: its id) or torchtriage.step() (MANUAL) ended."""
+        self._open.key = key
+        self.segments.append(self._open)
+        self._open = Segment()
+        self._closure_call = None
 
     def install(self, torch: Any) -> None:
+        from torchtriage.capture.closures import count_closure_calls
+
         self._patch_backward(torch)
         self._patch_dataloader(torch)
+        count_closure_calls(self._closure_called)
+
+    def _closure_called(self, index: int) -> None:
+        self._closure_call = index
 
     def _patch_backward(self, torch: Any) -> None:
         original = torch.Tensor.backward
         rec = self
 
         def backward(tensor, *args, **kwargs):
-            if tensor.numel() == 1:
-                if not rec._loss_this_step:
-                    rec.losses.append(tensor.detach())
-                    rec.loss_counts.append(1)
-                    rec._loss_this_step = True
-                elif rec.host.micro_batches > 1:
-                    rec.losses[-1] = rec.losses[-1] + tensor.detach()
-                    rec.loss_counts[-1] += 1
+            if tensor.numel() == 1 and not rec._closure_call:
+                rec._open.losses.append(tensor.detach())
             return original(tensor, *args, **kwargs)
 
         torch.Tensor.backward = backward
@@ -100,27 +125,48 @@ class SignalRecorder:
                 ready = _ready_batches(it)
                 if ready is not None:
                     rec.ready = [*rec.ready[-(READY_KEPT - 1):], ready]
-            if not rec._batch_this_step or rec.host.micro_batches > 1:
-                size = batch_size_of(batch, torch)
-                if size is not None:
-                    if rec._batch_this_step:
-                        rec.batch_sizes[-1] += size
-                    else:
-                        rec.batch_sizes.append(size)
-                    rec._batch_this_step = True
+            size = batch_size_of(batch, torch)
+            if size is not None:
+                rec._open.batches.append((id(getattr(it, "_dataset", it)), size))
             return batch
 
         dataloader._BaseDataLoaderIter.__next__ = __next__
 
-    def loss_points(self) -> list[LossPoint]:
-        """Each step's loss (the mean over its micro-batches), read now."""
+    def steps(self, last_key: object) -> list[tuple[list[Any], int | None]]:
+        """The closed segments grouped into training steps, each ending with a segment whose
+        key is ``last_key`` (the cycle's last optimizer, or MANUAL): per step, the losses of
+        its first segment that has any, and its batch size (None: no batch). Segments after
+        the last step's end belong to no finished step and are left out."""
+        out: list[tuple[list[Any], int | None]] = []
+        losses: list[Any] = []
+        batches: list[tuple[int, int]] = []
+        for segment in self.segments:
+            if not losses:
+                losses = segment.losses
+            batches.extend(segment.batches)
+            if segment.key == last_key:
+                first = batches[0][0] if batches else None
+                size = sum(n for d, n in batches if d == first) if batches else None
+                out.append((losses, size))
+                losses, batches = [], []
+        return out
+
+    def loss_points(self, last_key: object) -> list[LossPoint]:
+        """Each step's loss (see the module docstring), read now."""
         points = []
-        for step, (loss, count) in enumerate(zip(self.losses, self.loss_counts, strict=True)):
+        split = max(self.host.micro_batches, 1)
+        for step, (losses, _) in enumerate(self.steps(last_key)):
+            if not losses:
+                continue
             try:
-                points.append(LossPoint(step, float(loss) / count))
+                points.append(LossPoint(step, sum(float(x) for x in losses) / split))
             except Exception:  # a tensor on a device that is gone
                 continue
         return points
+
+    def batch_sizes(self, last_key: object) -> list[int]:
+        """Each step's batch size (steps that fetched none left out)."""
+        return [size for _, size in self.steps(last_key) if size is not None]
 
 
 def batch_size_of(batch: Any, torch: Any) -> int | None:

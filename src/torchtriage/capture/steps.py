@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import time
 
+MANUAL = "torchtriage.step()"  # what closes a step the script marks itself
+
 
 class StepDetector:
     """Learns the optimizer cycle and says which optimizer steps close a training step."""
@@ -39,6 +41,15 @@ class StepDetector:
         if key == self._cycle[-1]:
             closed += 1
         return closed
+
+    @property
+    def last_key(self) -> object:
+        """What closes a training step: the id of the cycle's last optimizer (the optimizers
+        seen so far while the cycle is not known), or ``MANUAL`` for torchtriage.step()."""
+        if self.manual:
+            return MANUAL
+        cycle = self._cycle or self._seen
+        return cycle[-1] if cycle else None
 
     @property
     def description(self) -> str:

@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 
 from torchtriage.analysis.breakdown import StepBreakdown, step_breakdown
+from torchtriage.analysis.categories import unmarked_closure_steps
 from torchtriage.analysis.collectives import collective_table
 from torchtriage.analysis.dtypes import float64_share_device, float64_share_host
 from torchtriage.analysis.idle import comm_compute_overlap, idle_breakdown, temporal_breakdown
@@ -28,6 +29,7 @@ from torchtriage.diagnosis import result as r
 from torchtriage.diagnosis import rules
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import COST_LABELS, Remedy
+from torchtriage.diagnosis.dataset import dataset_verdict
 from torchtriage.diagnosis.vocabulary import (
     CONFIDENCE_LEVELS,
     CPU_CATEGORY_LAYER,
@@ -82,6 +84,7 @@ def diagnose(
     ranked = sorted(TIME_LAYERS, key=lambda layer: -facts.share(layer))
     primary, runner_up = (("memory", None) if memory_verdict.decides_primary
                           else _time_primary(facts))
+    verdicts["data_loading"] = _with_dataset(verdicts["data_loading"], trace, facts)
     missing = _missing(trace, steps)
     confidence, margin_evidence = _confidence(facts, primary, runner_up, memory_verdict)
     if any(m.startswith(_ACCELERATOR_WITHOUT_KERNELS) for m in missing):
@@ -348,6 +351,16 @@ def _round(value: float | None, digits: int) -> float | None:
 _ACCELERATOR_WITHOUT_KERNELS = ("device events of a non-GPU accelerator", "device kernels (")
 
 
+def _with_dataset(verdict: rules.Verdict, trace: Trace, facts: rules.Facts) -> rules.Verdict:
+    """The data-loading verdict with the Dataset timing of ``torchtriage run`` (when the trace
+    has it): its evidence, and the finding that names the slow part first."""
+    evidence, findings = dataset_verdict(trace.meta.torchtriage.get("dataset"),
+                                         facts.share("data_loading"))
+    verdict.evidence.extend(evidence)
+    verdict.findings[:0] = findings
+    return verdict
+
+
 def _missing(trace: Trace, steps: StepWindows) -> list[str]:
     """What the trace lacks, each with the analysis it costs."""
     ev = trace.events
@@ -372,6 +385,11 @@ def _missing(trace: Trace, steps: StepWindows) -> list[str]:
         out.append("Input Dims (record_shapes=False): dynamic shapes not assessed")
     if trace.has_device_activity and not (ev.correlation >= 0).any():
         out.append("correlation ids: kernels cannot be linked to launches")
+    unmarked = unmarked_closure_steps(trace)
+    if unmarked:
+        out.append(f"closure marks: {unmarked} Optimizer.step range(s) ran backward inside "
+                   "(optimizer.step(closure)); its backward is told apart by name, its forward "
+                   "is counted as optimizer time (torchtriage run or profile() marks closures)")
     return out
 
 

@@ -207,6 +207,29 @@ WINDOW_CHECK_STEPS = Threshold(
     "which carries the trace export, is not counted)",
     "torchtriage default: a median of 5 is robust to one odd step",
 )
+DATASET_GETITEM_SHARE = Threshold(
+    "dataset_getitem_share", 0.5, "share of a batch's loading time",
+    "share of a batch's loading time (__getitem__ x samples + collate_fn) spent in "
+    "Dataset.__getitem__ at which the Dataset, not collate_fn, is named as the slow part",
+    "torchtriage default: the larger of the two parts is the one to make cheaper",
+)
+PROFILE_EVENTS_BUDGET = Threshold(
+    "profile_events_budget", 100_000, "events",
+    "profiler events a window may record: the op events of a probed unprofiled step (shapes "
+    "and memory off) x its warm-up and active steps; above it the window is shortened (active "
+    "to 2, warm-up to 1 at least), then record_shapes, with_stack and profile_memory are "
+    "turned off, and the estimate is logged",
+    "measured 2026-12-01 on a shared 2-core CPU machine: the export costs about 180 µs per "
+    "such event (tests/scripts/closure_regression.py, LBFGS with 12 closure calls: 7 steps of "
+    "8,938 events exported in 11.2-12.4 s; issue 17's LBFGS, 152,759 ops per step, took 182 s "
+    "for 7 steps, 170 µs per op); 100k events keep the export under about 20 s",
+)
+PROFILE_EXPORT_US_PER_EVENT = Threshold(
+    "profile_export_us_per_event", 180.0, "µs per event",
+    "export cost per probed op event (memory, shapes and trace writing included) used to say "
+    "how long a window's export will take",
+    "the two measurements above (170-200 µs per op event with shapes and memory on)",
+)
 
 TIMING_DAMAGE_LOWER = Threshold(
     "timing_damage_lower", 0.001, "share of complete events",
@@ -229,11 +252,14 @@ TIMING_DAMAGE_REFUSE = Threshold(
 ALL: tuple[Threshold, ...] = (
     WINDOW_DRIFT,
     WINDOW_CHECK_STEPS,
+    PROFILE_EVENTS_BUDGET,
+    PROFILE_EXPORT_US_PER_EVENT,
     MEMORY_NEAR_CAPACITY,
     MEMORY_FRAGMENTATION,
     FRAGMENTATION_MIN_RESERVED,
     CPU_SATURATED,
     DATA_LOADING_SIGNIFICANT,
+    DATASET_GETITEM_SHARE,
     COMMUNICATION_SIGNIFICANT,
     HOST_SIGNIFICANT,
     KERNEL_SIGNIFICANT,

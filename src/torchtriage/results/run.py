@@ -35,6 +35,21 @@ class Schedule(msgspec.Struct, kw_only=True, frozen=True):
         return self.wait + self.warmup + self.active
 
 
+class ProfileCost(msgspec.Struct, kw_only=True):
+    """What the profiling cost guard estimated from one probed step before the window
+    recorded anything, and what it did (``torchtriage.profile`` and profile mode)."""
+
+    events_per_step: int  # profiler events of the probed (last unprofiled) step
+    budget: int  # events a window may record (thresholds.PROFILE_EVENTS_BUDGET)
+    planned_steps: int  # warm-up + active steps asked for
+    recorded_steps: int  # warm-up + active steps recorded after the guard
+    estimated_events: int  # events_per_step x recorded_steps
+    estimated_export_s: float  # estimated_events x thresholds.PROFILE_EXPORT_US_PER_EVENT
+    # recording options turned off: "record_shapes", "with_stack", "profile_memory"
+    dropped: list[str] = []
+    action: str  # one line: what the guard did, or "none"
+
+
 class RunConfig(JsonDocument, msgspec.Struct, kw_only=True):
     """What the parent tells the bootstrap (``TORCHTRIAGE_RUN``)."""
 
@@ -50,6 +65,9 @@ class RunConfig(JsonDocument, msgspec.Struct, kw_only=True):
     timing_min_s: float = 0.0
     # profile mode: stop the script once the (final) window is profiled and checked
     stop_after_window: bool = False
+    # profile mode: the cost guard's budget of recorded events (None: the default,
+    # thresholds.PROFILE_EVENTS_BUDGET; 0: no guard)
+    max_events: int | None = None
     schedule: Schedule = msgspec.field(default_factory=Schedule)
 
 
@@ -94,6 +112,7 @@ class RunRecord(JsonDocument, msgspec.Struct, kw_only=True):
     profile_memory: bool | None = None
     device_memory: int | None = None
     steps_run: int | None = None
+    profile_cost: ProfileCost | None = None  # the cost guard's estimate and action
     step_ms: list[StepTime] = []
     profiler_step_ms: list[ProfilerStepTime] = []
     trace: str | None = None  # the trace file's name, in the same directory

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from torchtriage.analysis.intervals import covers, merge
+from torchtriage.analysis.categories import optimizer_own_intervals
+from torchtriage.analysis.intervals import covers
 from torchtriage.analysis.ops import in_steps
-from torchtriage.analysis.steps import OPTIMIZER_STEP_PREFIX
 from torchtriage.analysis.transfers import SYNC_CALLS
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID
@@ -119,12 +117,12 @@ def _host_ops_per_step(f: Facts) -> float:
 
 
 def _optimizer_ops_per_step(f: Facts) -> float:
-    """Host ops that start inside ``Optimizer.step#...`` ranges, per analysed step."""
+    """Host ops that start inside ``Optimizer.step#...`` ranges, outside the closures they
+    run (forward and backward), per analysed step."""
     ev = f.trace.events
-    opt = np.flatnonzero(ev.name_mask(lambda n: n.startswith(OPTIMIZER_STEP_PREFIX)))
-    if opt.size == 0:
+    s, e = optimizer_own_intervals(f.trace, zero_grad=False)
+    if s.size == 0:
         return 0.0
-    s, e = merge(ev.ts[opt], ev.end[opt])
     rows = f.nesting.rows
     inside = covers(ev.ts[rows], s, e) & in_steps(ev.ts[rows], f.steps)
     return float(inside.sum()) / max(len(f.steps), 1)

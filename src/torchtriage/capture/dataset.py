@@ -1,0 +1,147 @@
+"""How long the Dataset takes per sample, from the processes that call it (the training
+process with ``num_workers=0``, each DataLoader worker otherwise).
+
+A DataLoader turns indices into a batch in its fetcher: ``dataset[i]`` (or ``__getitems__``,
+or ``next()`` of an iterable dataset) for each sample, then ``collate_fn``. The bootstrap
+replaces ``_MapDatasetFetcher.fetch`` and ``_IterableDatasetFetcher.fetch`` (once, in the
+training process; forked or spawned workers get the patch too, since the bootstrap runs in
+them) by a wrapper that times the whole fetch and the ``collate_fn`` call inside it (the
+fetcher's ``collate_fn`` is wrapped on its first fetch): ``__getitem__`` time is the fetch
+minus the collate, per sample. Two ``perf_counter`` calls per fetch and one per collate; the
+batch is untouched.
+
+Each process keeps running totals (:class:`DatasetTotals`). A worker writes its totals to
+``<out>/dataset/rank<R>.<pid>.json`` (atomically, at most every ``WRITE_EVERY_S`` and on its
+first fetches); the training process reads them, with its own, in :func:`totals`. The profiling
+session takes the totals when its window starts recording and when it is saved, and writes the
+difference (the window's fetches) into the trace's ``torchtriage`` metadata as ``dataset``,
+where the diagnosis reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+WRITE_EVERY_S = 0.2  # a worker rewrites its totals file at most this often
+FIRST_WRITES = 3  # ... and after each of its first fetches
+
+
+class DatasetTotals(msgspec.Struct, kw_only=True):
+    """Running totals of one process's fetches, or of several processes summed."""
+
+    fetches: int = 0
+    samples: int = 0
+    getitem_s: float = 0.0  # fetch time minus collate time
+    collate_s: float = 0.0
+    processes: int = 0  # processes that fetched (workers, or the training process)
+    workers: bool = False  # the fetches ran in DataLoader workers
+
+    def minus(self, before: DatasetTotals) -> DatasetTotals:
+        return DatasetTotals(fetches=self.fetches - before.fetches,
+                             samples=self.samples - before.samples,
+                             getitem_s=self.getitem_s - before.getitem_s,
+                             collate_s=self.collate_s - before.collate_s,
+                             processes=self.processes, workers=self.workers)
+
+    def summary(self) -> dict[str, Any] | None:
+        """The trace metadata's ``dataset`` entry (None without fetches)."""
+        if self.fetches <= 0 or self.samples <= 0:
+            return None
+        return {"getitem_ms_per_sample": round(self.getitem_s * 1e3 / self.samples, 4),
+                "collate_ms_per_batch": round(self.collate_s * 1e3 / self.fetches, 4),
+                "samples_per_batch": round(self.samples / self.fetches, 2),
+                "fetches": self.fetches, "processes": self.processes,
+                "where": "workers" if self.workers else "training process"}
+
+
+class DatasetTimer:
+    """This process's totals and, in a worker, the file they go to."""
+
+    def __init__(self, out: Path, rank: int) -> None:
+        self.out, self.rank = out, rank
+        self.mine = DatasetTotals(processes=1)
+        self._written = 0.0
+        self._worker: bool | None = None
+
+    def install(self) -> None:
+        from torch.utils.data._utils import fetch
+
+        for cls in (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher):
+            cls.fetch = self._timed(cls.fetch)
+
+    def _timed(self, original: Any) -> Any:
+        timer = self
+
+        def fetch(fetcher: Any, index: Any) -> Any:
+            if not getattr(fetcher.collate_fn, "_torchtriage_timed", False):
+                fetcher.collate_fn = timer._timed_collate(fetcher.collate_fn)
+            collate_before = timer.mine.collate_s
+            started = time.perf_counter()
+            batch = original(fetcher, index)
+            spent = time.perf_counter() - started
+            mine = timer.mine
+            mine.fetches += 1
+            mine.samples += len(index) if fetcher.auto_collation and hasattr(
+                index, "__len__") else 1
+            mine.getitem_s += spent - (mine.collate_s - collate_before)
+            timer._maybe_write()
+            return batch
+
+        return fetch
+
+    def _timed_collate(self, collate: Any) -> Any:
+        timer = self
+
+        def timed(data: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return collate(data)
+            finally:
+                timer.mine.collate_s += time.perf_counter() - started
+
+        timed._torchtriage_timed = True  # type: ignore[attr-defined]
+        return timed
+
+    def _maybe_write(self) -> None:
+        if self._worker is None:
+            from torch.utils.data import get_worker_info
+
+            self._worker = get_worker_info() is not None
+            self.mine.workers = self._worker
+        if not self._worker:
+            return
+        now = time.monotonic()
+        if self.mine.fetches > FIRST_WRITES and now - self._written < WRITE_EVERY_S:
+            return
+        self._written = now
+        folder = self.out / "dataset"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"rank{self.rank}.{os.getpid()}.json"
+            part = path.with_suffix(".part")
+            part.write_bytes(msgspec.json.encode(self.mine))
+            os.replace(part, path)
+        except OSError:  # a full or read-only disk costs the figure, never the training
+            pass
+
+    def totals(self) -> DatasetTotals:
+        """This process's totals, or its workers' (summed) when they fetched."""
+        workers = DatasetTotals(workers=True)
+        for path in (self.out / "dataset").glob(f"rank{self.rank}.*.json"):
+            try:
+                part = msgspec.json.decode(path.read_bytes(), type=DatasetTotals)
+            except (OSError, msgspec.DecodeError, json.JSONDecodeError):
+                continue
+            workers.fetches += part.fetches
+            workers.samples += part.samples
+            workers.getitem_s += part.getitem_s
+            workers.collate_s += part.collate_s
+            workers.processes += 1
+        return workers if workers.fetches > self.mine.fetches else msgspec.structs.replace(
+            self.mine)  # a copy: the session keeps the totals at the window's start

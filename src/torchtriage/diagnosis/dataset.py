@@ -1,0 +1,60 @@
+"""Which part of the input pipeline is slow, from the Dataset timing ``torchtriage run`` writes
+into the trace's ``torchtriage`` metadata (``dataset``: ``__getitem__`` ms per sample, collate
+ms per batch, samples per batch, where they ran; see ``capture/dataset.py``).
+
+A batch costs ``getitem_ms_per_sample x samples_per_batch`` in ``__getitem__`` plus
+``collate_ms_per_batch``. The figures are always evidence of the data-loading layer; when
+loading is significant (``DATA_LOADING_SIGNIFICANT``) and ``__getitem__`` is at least
+``DATASET_GETITEM_SHARE`` of a batch's cost, the finding ``data_loading.dataset`` names the
+Dataset as the slow part ("Dataset.__getitem__ 3.81 ms/sample"), otherwise
+``data_loading.collate`` names ``collate_fn``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchtriage.diagnosis import thresholds as th
+from torchtriage.diagnosis.result import Evidence, Finding
+
+
+def dataset_verdict(meta: dict[str, Any] | None, loading_share: float
+                    ) -> tuple[list[Evidence], list[Finding]]:
+    """Evidence and findings of the data-loading layer from the trace's ``dataset`` entry."""
+    if not isinstance(meta, dict):
+        return [], []
+    try:
+        getitem = float(meta["getitem_ms_per_sample"])
+        collate = float(meta["collate_ms_per_batch"])
+        per_batch = float(meta["samples_per_batch"])
+    except (KeyError, TypeError, ValueError):
+        return [], []
+    where = str(meta.get("where", ""))
+    processes = int(meta.get("processes", 1) or 1)
+    batch_ms = getitem * per_batch + collate
+    getitem_share = getitem * per_batch / batch_ms if batch_ms > 0 else 0.0
+    fired = getitem_share >= th.DATASET_GETITEM_SHARE.value
+    evidence = [
+        Evidence(metric="dataset_getitem_ms_per_sample", value=round(getitem, 4), unit="ms"),
+        Evidence(metric="collate_ms_per_batch", value=round(collate, 4), unit="ms"),
+        Evidence(metric="dataset_getitem_share", value=round(getitem_share, 4),
+                 unit="share of a batch's loading time", threshold=th.DATASET_GETITEM_SHARE.value,
+                 comparison=">=", fired=fired, source=th.DATASET_GETITEM_SHARE.source),
+    ]
+    if loading_share < th.DATA_LOADING_SIGNIFICANT.value or batch_ms <= 0:
+        return evidence, []
+    place = (f"in {processes} DataLoader worker(s)" if where == "workers"
+             else "in the training process (num_workers=0)")
+    cost = (f"{batch_ms:.1f} ms per batch of {per_batch:g} ({getitem_share:.0%} "
+            f"__getitem__, collate {collate:.2f} ms), {place}")
+    if fired:
+        finding = Finding(id="data_loading.dataset", severity="warning", layer="data_loading",
+                          message=f"Dataset.__getitem__ {getitem:.2f} ms/sample: {cost}. "
+                                  "Make the per-sample work cheaper (decode, resize, augment) "
+                                  "or spread it over more workers.",
+                          evidence=evidence[:1])
+    else:
+        finding = Finding(id="data_loading.collate", severity="warning", layer="data_loading",
+                          message=f"collate_fn {collate:.2f} ms per batch: {cost}.",
+                          evidence=evidence[1:2])
+    return evidence, [finding]

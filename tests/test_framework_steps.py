@@ -1,0 +1,210 @@
+"""`torchtriage run` on the shapes real training code takes: optimizers that run a closure
+(LBFGS, Lightning), several optimizers per iteration (GANs), gradient accumulation, and a
+Dataset whose ``__getitem__`` is the slow part. Small user-style scripts in tests/scripts/."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def run(tmp_path: Path, *args: str, out: str = "run") -> tuple[subprocess.CompletedProcess, Path]:
+    out_dir = tmp_path / out
+    proc = subprocess.run([sys.executable, "-m", "torchtriage", "run", "--out", str(out_dir),
+                           *args], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    return proc, out_dir
+
+
+def record(out_dir: Path) -> dict:
+    return json.loads((out_dir / "run.rank0.json").read_text())
+
+
+def diagnosis(out_dir: Path) -> dict:
+    return json.loads((out_dir / "diagnosis.json").read_text())
+
+
+def evidence(doc: dict, metric: str) -> float:
+    return next(e["value"] for layer in doc["layers"].values() for e in layer["evidence"]
+                if e["metric"] == metric)
+
+
+@pytest.mark.parametrize("optimizer", ["lbfgs", "sgd"])
+def test_a_closure_is_forward_and_backward_not_optimizer_time(tmp_path, optimizer):
+    """optimizer.step(closure): forward, loss and backward run inside the optimizer's range;
+    they are attributed by their own ops, and only the optimizer's own ops are counted as
+    optimizer ops (SGD with a closure, as Lightning runs every optimizer: a few)."""
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "closure_regression.py"),
+                    "--optimizer", optimizer, "--max-iter", "3", "--steps", "10",
+                    "--width", "128")
+    doc = diagnosis(out)
+    share = doc["breakdown"]["share"]
+    assert share["forward"] > 0.1 and share["backward"] > 0.1, share
+    assert share["optimizer"] < 0.6, share
+    assert not any(m.startswith("closure marks") for m in doc["missing"])
+    ops = evidence(doc, "optimizer_ops_per_step")
+    if optimizer == "sgd":  # 6 parameters, foreach: a handful of ops, not the model's hundreds
+        assert ops < 20, ops
+        assert "optimizer.fused" not in [p["id"] for p in doc["prescriptions"]]
+    # one loss per step: what optimizer.step(closure) returned (the closure's first call)
+    printed = [float(line.split()[-1]) for line in proc.stdout.splitlines()
+               if line.startswith("step ")]
+    losses = [p["loss"] for p in record(out)["losses"]]
+    assert len(losses) == 10 and losses == pytest.approx(printed, abs=1e-5)
+
+
+def test_a_gan_records_one_loss_and_one_batch_per_iteration(tmp_path):
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "tiny_gan.py"), "--steps", "12")
+    rec = record(out)
+    assert rec["steps_detected"] == 12
+    assert rec["step_detection"] == "optimizer.step (2 optimizer(s) per step)"
+    assert len(rec["losses"]) == 12 and rec["batch_sizes"] == [32] * 12
+    # a step's loss is the discriminator's (errD = errD_real + errD_fake, two backward calls)
+    loss_d = [float(line.split()[2]) for line in proc.stdout.splitlines()
+              if line.startswith("[")]
+    assert [p["loss"] for p in rec["losses"]] == pytest.approx(loss_d, abs=1e-4)
+
+
+def test_gradient_accumulation_sums_micro_batches_into_one_step(tmp_path):
+    _, out = run(tmp_path, "--", "python", str(SCRIPTS / "accumulation.py"),
+                 "--accumulate", "2", "--batch", "16", "--steps", "12")
+    rec = record(out)
+    assert rec["steps_detected"] == 12
+    assert rec["batch_sizes"] == [32] * 12  # two micro-batches of 16 per optimizer step
+    _, plain = run(tmp_path, "--", "python", str(SCRIPTS / "accumulation.py"),
+                   "--accumulate", "1", "--batch", "32", "--steps", "12", out="plain")
+    # each micro-batch's loss / 2, summed: the same loss as one batch of 32 (same data)
+    assert [p["loss"] for p in rec["losses"]] == pytest.approx(
+        [p["loss"] for p in record(plain)["losses"]], rel=1e-4)
+
+
+# --- the profiling cost guard ----------------------------------------------------------
+
+
+def _lbfgs_loop(out: Path, steps: int, **options):
+    """An op-heavy step (LBFGS evaluating its closure 4 times) under torchtriage.profile."""
+    import torch
+
+    import torchtriage
+
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 16), torch.randn(64, 1)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=4, tolerance_grad=0.0,
+                            tolerance_change=0.0)
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+
+    with torchtriage.profile(out, **options) as prof:
+        for _ in range(steps):
+            opt.step(closure)
+            prof.step()
+    return prof
+
+
+def _trace_steps(out: Path) -> tuple[list[str], str]:
+    import gzip
+
+    (path,) = out.glob("*.pt.trace.json.gz")
+    text = gzip.decompress(path.read_bytes()).decode()
+    events = json.loads(text)["traceEvents"]
+    names = sorted({e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")})
+    return names, text
+
+
+def test_the_cost_guard_leaves_a_cheap_window_alone(tmp_path):
+    prof = _lbfgs_loop(tmp_path / "cheap", 10)
+    cost = prof.cost
+    assert cost is not None and cost.events_per_step > 100 and cost.action == "none"
+    assert (cost.planned_steps, cost.recorded_steps) == (7, 7)
+    assert len(_trace_steps(tmp_path / "cheap")[0]) == 7
+    assert json.loads((tmp_path / "cheap" / "run.json").read_text())["profile_cost"][
+        "events_per_step"] == cost.events_per_step
+
+
+def test_the_cost_guard_shortens_an_op_heavy_window_before_it_records(tmp_path, caplog):
+    """The probed step says how many events a step records; a window that would pass the
+    budget is shortened (then loses shapes) before anything is recorded, and says so."""
+    probe = _lbfgs_loop(tmp_path / "probe", 3).cost.events_per_step
+    with caplog.at_level("WARNING", logger="torchtriage.capture.session"):
+        prof = _lbfgs_loop(tmp_path / "short", 10, max_events=int(probe * 4.5))
+    cost = prof.cost
+    assert (prof.warmup, prof.active) == (1, 3) and cost.recorded_steps == 4
+    assert "window shortened to 1 warm-up + 3 active" in cost.action and not cost.dropped
+    assert "profiler events" in caplog.text and "window shortened" in caplog.text
+    names, text = _trace_steps(tmp_path / "short")
+    assert names == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+    assert '"Input Dims"' in text
+    assert prof.diagnosis.trace.steps_analyzed == [2, 3, 4]  # the warm-up step left out
+
+    prof = _lbfgs_loop(tmp_path / "bare", 10, max_events=probe)  # not even 3 steps fit
+    assert (prof.warmup, prof.active) == (1, 2)
+    assert prof.cost.dropped == ["record_shapes", "profile_memory"]
+    assert "may still take" in prof.cost.action
+    text = _trace_steps(tmp_path / "bare")[1]
+    assert '"Input Dims"' not in text and '"[memory]"' not in text
+
+
+def test_run_checks_the_window_the_cost_guard_shortened(tmp_path):
+    """Under `torchtriage run` the steady-state check times the window that was recorded."""
+    import os
+
+    from torchtriage.capture.runner import BOOTSTRAP
+
+    out = tmp_path / "run"
+    config = {"out": str(out), "max_events": 1000}
+    env = {**os.environ, "TORCHTRIAGE_RUN": json.dumps(config),
+           "PYTHONPATH": os.pathsep.join([str(BOOTSTRAP), str(REPO / "src")])}
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "closure_regression.py"),
+                           "--max-iter", "3", "--steps", "16", "--width", "32"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "torchtriage: one step records about" in proc.stderr
+    rec = record(out)
+    assert rec["profile_cost"]["recorded_steps"] == 3  # 1 warm-up + 2 active
+    (window,) = rec["windows"]
+    assert window["last_step"] - window["first_step"] + 1 == 2
+    doc = diagnosis(out) if (out / "diagnosis.json").exists() else None
+    assert doc is None or len(doc["trace"]["steps_analyzed"]) == 2
+
+
+# --- the Dataset as the slow part of the input pipeline --------------------------------
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_slow_dataset_is_named_with_its_time_per_sample(tmp_path, workers):
+    """__getitem__ busy for 2 ms per sample: timed in the training process (num_workers=0) or
+    in the workers, and named as the slow part of the loading layer."""
+    _, out = run(tmp_path, "--", "python", str(SCRIPTS / "slow_getitem.py"), "--workers",
+                 str(workers), "--getitem-ms", "2", "--steps", "30")
+    doc = diagnosis(out)
+    assert doc["primary"] == "data_loading"
+    per_sample = evidence(doc, "dataset_getitem_ms_per_sample")
+    assert 2.0 <= per_sample < 20.0, per_sample  # at least the busy wait; a loaded machine adds
+    finding = next(f for f in doc["findings"] if f["id"] == "data_loading.dataset")
+    assert finding["message"].startswith(f"Dataset.__getitem__ {per_sample:.2f} ms/sample")
+    where = "in 2 DataLoader worker(s)" if workers else "in the training process"
+    assert where in finding["message"]
+
+
+def test_dataset_figures_name_the_larger_part():
+    from torchtriage.diagnosis.dataset import dataset_verdict
+
+    meta = {"getitem_ms_per_sample": 0.05, "collate_ms_per_batch": 9.0,
+            "samples_per_batch": 16, "fetches": 5, "processes": 1, "where": "training process"}
+    evidence_, findings = dataset_verdict(meta, loading_share=0.5)
+    assert [f.id for f in findings] == ["data_loading.collate"]
+    assert next(e for e in evidence_ if e.metric == "dataset_getitem_share").fired is False
+    assert dataset_verdict(meta, loading_share=0.01)[1] == []  # loading is not significant
+    assert dataset_verdict(None, 0.5) == ([], []) and dataset_verdict({"x": 1}, 0.5) == ([], [])
