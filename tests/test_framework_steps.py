@@ -127,8 +127,9 @@ def test_the_cost_guard_leaves_a_cheap_window_alone(tmp_path):
     prof = _lbfgs_loop(tmp_path / "cheap", 10)
     cost = prof.cost
     assert cost is not None and cost.events_per_step > 100 and cost.action == "none"
-    assert (cost.planned_steps, cost.recorded_steps) == (7, 7)
-    assert len(_trace_steps(tmp_path / "cheap")[0]) == 7
+    # the first warm-up step follows the probe: it prepares tracing and is not recorded
+    assert (cost.planned_steps, cost.recorded_steps) == (7, 6)
+    assert _trace_steps(tmp_path / "cheap")[0] == [f"ProfilerStep#{n}" for n in range(2, 8)]
     assert json.loads((tmp_path / "cheap" / "run.json").read_text())["profile_cost"][
         "events_per_step"] == cost.events_per_step
 
@@ -140,13 +141,13 @@ def test_the_cost_guard_shortens_an_op_heavy_window_before_it_records(tmp_path, 
     with caplog.at_level("WARNING", logger="torchtriage.capture.session"):
         prof = _lbfgs_loop(tmp_path / "short", 10, max_events=int(probe * 4.5))
     cost = prof.cost
-    assert (prof.warmup, prof.active) == (1, 3) and cost.recorded_steps == 4
-    assert "window shortened to 1 warm-up + 3 active" in cost.action and not cost.dropped
+    assert (prof.warmup, prof.active) == (1, 4) and cost.recorded_steps == 4
+    assert "window shortened to 1 warm-up + 4 active" in cost.action and not cost.dropped
     assert "profiler events" in caplog.text and "window shortened" in caplog.text
     names, text = _trace_steps(tmp_path / "short")
-    assert names == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+    assert names == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5"]
     assert '"Input Dims"' in text
-    assert prof.diagnosis.trace.steps_analyzed == [2, 3, 4]  # the warm-up step left out
+    assert prof.diagnosis.trace.steps_analyzed == [2, 3, 4, 5]  # the warm-up step prepared
 
     prof = _lbfgs_loop(tmp_path / "bare", 10, max_events=probe)  # not even 3 steps fit
     assert (prof.warmup, prof.active) == (1, 2)
@@ -154,6 +155,42 @@ def test_the_cost_guard_shortens_an_op_heavy_window_before_it_records(tmp_path, 
     assert "may still take" in prof.cost.action
     text = _trace_steps(tmp_path / "bare")[1]
     assert '"Input Dims"' not in text and '"[memory]"' not in text
+
+
+_PROBE_INSIDE_A_RANGE = """
+import sys
+import torch
+from torch.autograd.profiler import record_function
+from torchtriage.capture.session import ProfileSession
+
+x = torch.randn(32, 32, requires_grad=True)
+for i in range(int(sys.argv[2])):
+    session = ProfileSession(f"{sys.argv[1]}/{i}", analyze=False, wait=1,
+                             warmup=int(sys.argv[3]), active=2)
+    session.__enter__()
+    for _ in range(5):
+        # the step hook runs inside the optimizer step's own range, as torchtriage run's does
+        with record_function("Optimizer.step#SGD.step"):
+            for _ in range(10):
+                (x @ x).sum().backward()
+            session.step()
+    session.__exit__(None, None, None)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("warmup", [2, 0])
+def test_the_probe_and_the_window_never_change_hands_inside_one_range(tmp_path, warmup):
+    """A profiler stopped and another started inside one record_function range (the
+    optimizer step's, where `run` steps the session) crashed the training process now and
+    then with SIGSEGV: the range's exit wrote into the stopped profiler's freed events. Many
+    sessions in a row, each probed, must all finish."""
+    proc = subprocess.run([sys.executable, "-c", _PROBE_INSIDE_A_RANGE, str(tmp_path), "25",
+                           str(warmup)], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO / "src")})
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+    traces = sorted(tmp_path.glob("*/*.pt.trace.json.gz"))
+    assert len(traces) == 25
 
 
 def test_run_checks_the_window_the_cost_guard_shortened(tmp_path):
@@ -172,7 +209,7 @@ def test_run_checks_the_window_the_cost_guard_shortened(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "torchtriage: one step records about" in proc.stderr
     rec = record(out)
-    assert rec["profile_cost"]["recorded_steps"] == 3  # 1 warm-up + 2 active
+    assert rec["profile_cost"]["recorded_steps"] == 2  # 2 active; the warm-up step prepared
     (window,) = rec["windows"]
     assert window["last_step"] - window["first_step"] + 1 == 2
     doc = diagnosis(out) if (out / "diagnosis.json").exists() else None

@@ -29,5 +29,5 @@ if __name__ == "__main__":
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         opt.zero_grad()
-        if step == 14:
+        if step == 39:
             break

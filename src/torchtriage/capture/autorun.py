@@ -37,6 +37,9 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 from torchtriage.capture import gather
 from torchtriage.capture.dataset import DatasetTimer
@@ -47,7 +50,7 @@ from torchtriage.capture.record import record_fields
 from torchtriage.capture.session import is_out_of_memory
 from torchtriage.capture.signals import SignalRecorder
 from torchtriage.capture.steps import MANUAL, StepClock, StepDetector
-from torchtriage.results.run import RunConfig, RunRecord, decode_config
+from torchtriage.results.run import RunConfig, RunRecord, decode_config, decode_record
 
 ENV = "TORCHTRIAGE_RUN"
 MAX_MEASURED_STEPS = 2000  # timing mode never measures more steps than this for timing_min_s
@@ -206,6 +209,8 @@ class AutoRun:
                 return
             self.finished = True
         exc = exc or sys.exc_info()[1] or self._exception
+        restore = exc is None and \
+            self.profiling.cut_short_after_a_superseded_window(self.clock.steps)
         self.profiling.finish_checks(self.clock.steps)
         session = self.profiling.session
         extra = record_fields(self.rank, self.config.mode, self.clock, self.detector,
@@ -224,6 +229,8 @@ class AutoRun:
                 session.__exit__(type(exc) if exc else None, exc, None)
             except Exception:  # the trace is what matters; never mask the script's own exit
                 log.exception("torchtriage: saving the profile failed")
+            if restore:
+                self._restore_superseded(session)
             world_size = extra["world_size"]
             if world_size > 1 and gather.share_over_store(
                     self.out, self.rank, world_size, session.trace_path, device_memory,
@@ -242,6 +249,17 @@ class AutoRun:
         # A process that never trained and never ran out of memory (a launcher such as
         # torchrun's agent, a helper process) writes nothing: it must not overwrite the record
         # of the rank it shares a number with.
+
+    def _restore_superseded(self, session: Any) -> None:
+        """Training ended before the window profiled again reached its first profiled step:
+        the earlier window's trace is restored and the run record names it."""
+        restored = self.profiling.restore_superseded(session.trace_path)
+        if restored is None:
+            return
+        session.trace_path = restored
+        path = self.out / f"run.rank{self.rank}.json"
+        record = decode_record(path.read_bytes())
+        path.write_text(msgspec.structs.replace(record, trace=restored.name).to_json())
 
 
 def _distributed() -> bool:

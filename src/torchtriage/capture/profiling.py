@@ -18,7 +18,9 @@ timed (from the queue's size after the step that carries the trace export) and t
 time is compared with the window's (means, not medians: a loader-bound job's steps alternate
 fast and slow as its workers deliver in turn, and a median of five picks a side); when it is
 more than ``window_drift`` slower, the window was not representative. Its trace moves to
-``superseded/`` and the window is profiled again from the next step (once). With
+``superseded/`` and the window is profiled again from the next step (once); when training
+ends before that window's first profiled step, the earlier window's trace is restored (its
+check says it was not steady state) and the new warm-up-only trace is set aside. With
 ``stop_after_window`` the script is stopped once the final window is checked (``fix`` profile
 rounds).
 """
@@ -128,9 +130,9 @@ class ProfilingWindow:
         self.checks.append(check)
         if check.representative is False and self._retries > 0:
             self._retries -= 1
-            self._supersede()
+            first = self._supersede()
             self._start_session(steps, f"profiled again: the window at steps {check.first_step}"
-                                       f"-{check.last_step} was not steady state")
+                                       f"-{check.last_step} was not steady state", first)
             return False
         self.done = True
         marker = self.out / WINDOW_MARKER.format(rank=self.rank)  # the parent may diagnose it
@@ -143,6 +145,28 @@ class ProfilingWindow:
             check = self._check(steps, final=True)
             if check is not None:
                 self.checks.append(check)
+
+    def cut_short_after_a_superseded_window(self, steps: int) -> bool:
+        """Whether training ended (after ``steps`` steps) before the window profiled again
+        reached its first profiled step: its trace would hold warm-up steps only, and the
+        earlier window, set aside as not steady state, is the one there is."""
+        if self.done or self.session is None or not self.checks or self._retries == RETRIES:
+            return False
+        first, _ = self._window()
+        return steps < first
+
+    def restore_superseded(self, trace: Path | None) -> Path | None:
+        """After :meth:`cut_short_after_a_superseded_window` and the session's close: the
+        earlier window's trace moves back from ``superseded/`` and the new warm-up trace
+        (``trace``) goes there instead. Returns the restored trace (None when there is none:
+        nothing moves). The earlier window's check, not steady state, stays the last one."""
+        aside = self.out / "superseded"
+        earlier = sorted(aside.glob(f"rank{self.rank}_*"), key=lambda p: p.stat().st_mtime)
+        if not earlier:
+            return None
+        if trace is not None and trace.exists():
+            trace.rename(aside / trace.name)
+        return earlier[-1].rename(self.out / earlier[-1].name)
 
     def _window(self) -> tuple[int, int]:
         # the session's schedule: its cost guard may have moved or shortened the window
@@ -187,8 +211,9 @@ class ProfilingWindow:
             check.representative = th.window_holds(profiled, later)
         return check
 
-    def _supersede(self) -> None:
-        """Close the current session and keep its trace aside, in ``superseded/``."""
+    def _supersede(self) -> Any:
+        """Close the current session and keep its trace aside, in ``superseded/``; returns the
+        closed session."""
         session, self.session = self.session, None
         try:
             session.__exit__(None, None, None)
@@ -197,18 +222,29 @@ class ProfilingWindow:
             aside.mkdir(parents=True, exist_ok=True)
             if session.trace_path is not None and session.trace_path.exists():
                 shutil.move(str(session.trace_path), aside / session.trace_path.name)
+        return session
 
-    def _start_session(self, steps: int, reason: str) -> None:
+    def _start_session(self, steps: int, reason: str, previous: Any = None) -> None:
+        """Open a session now. A window profiled again (``previous``: the first one's session)
+        keeps the first one's cost decisions and probes nothing: its probe would start at the
+        step boundary where the first window's profiler stopped (see capture/session.py)."""
         from torchtriage.capture.session import ProfileSession
 
         self._started_at, self._reason = steps, reason
         # tracing starts with a pause in which a worker DataLoader refills its queue
         self._warmup = self.schedule.warmup + self.loader_queue()
+        settings: dict[str, Any] = {"warmup": self._warmup, "active": self.schedule.active,
+                                    "max_events": self.max_events}
+        if previous is not None:
+            settings.update(warmup=min(previous.warmup, self._warmup), active=previous.active,
+                            record_shapes=previous.record_shapes,
+                            with_stack=previous.with_stack,
+                            profile_memory=previous.profile_memory, max_events=0)
         self.session = ProfileSession(
             self.out, analyze=False, device_memory=self.device_memory,
             worker_name=f"rank{self.rank}_{os.getpid()}", record_name=f"run.rank{self.rank}.json",
-            wait=self.schedule.wait, warmup=self._warmup, active=self.schedule.active,
-            max_events=self.max_events,
-        )
+            wait=self.schedule.wait, **settings)
+        if previous is not None:
+            self.session.cost = previous.cost
         self.session.dataset_totals = self.dataset_totals
         self.session.__enter__()

@@ -11,7 +11,8 @@ Usage::
 Schedule: ``wait`` steps unprofiled, then ``warmup`` + ``active`` steps recorded, saved once.
 Unlike torch.profiler's own warm-up, warm-up steps are *recorded* and marked as warm-up in the
 trace metadata: the analysis leaves them out of the statistics, but a loop that ends during
-warm-up still leaves a trace instead of nothing (torch.profiler discards warm-up events).
+warm-up still leaves a trace instead of nothing (torch.profiler discards warm-up events). The
+exception is the first warm-up step after the cost guard's probe (below), which only prepares.
 A loop that ends inside the active window is saved too, and the unfinished last step is marked
 partial. The profiler's own ``step()`` calls (including the one that exports the trace) are
 timed separately and never counted in step times.
@@ -24,6 +25,13 @@ estimate (events per step x warm-up and active steps) passes ``max_events``
 (active down to ``MIN_ACTIVE``, warm-up down to 1), then ``record_shapes``, ``with_stack`` and
 ``profile_memory`` are turned off, before anything is recorded; what it estimated and did is
 logged and written to the run record (``profile_cost``).
+The probe and the window never change hands inside one step boundary: a profiler stopped and
+another started in the same ``record_function`` range (the optimizer step's own, where the
+step hook runs) makes the range's exit write into the stopped profiler's freed events, a
+use-after-free that crashes the training process now and then. So the step that follows the
+probe only *prepares* tracing (torch.profiler's own warm-up, unrecorded) and recording starts
+one boundary later; with no warm-up steps the window waits one step more instead, and a
+probe that saw nothing is repeated after a step's gap.
 While the session is open, each call of a closure passed to ``optimizer.step(closure)`` runs in
 a range of its own (:mod:`torchtriage.capture.closures`), so that its forward and backward are
 not counted as optimizer time.
@@ -178,6 +186,7 @@ class ProfileSession:
         self.cost: ProfileCost | None = None  # what the guard estimated and did
         self._probe: Any = None  # the profiler of the probed step, while it runs
         self._probe_retried = False
+        self._prepare_only: int | None = None  # the step after the probe: prepared, unrecorded
         # the Dataset's running totals (capture/dataset.py; torchtriage run): the window's
         # share goes into the trace metadata as "dataset"
         self.dataset_totals: Any = None
@@ -206,6 +215,8 @@ class ProfileSession:
 
         if step < self.wait:
             return ProfilerAction.NONE
+        if step == self._prepare_only:
+            return ProfilerAction.WARMUP
         if step < self.last_recorded_step:
             return ProfilerAction.RECORD
         if step == self.last_recorded_step:
@@ -302,13 +313,24 @@ class ProfileSession:
             events = _count_events(probe)
         except Exception as exc:
             log.debug("torchtriage: the cost probe failed (%s)", exc)
+            self._record_after_a_boundary()
             return
         if events == 0 and not self._probe_retried:
-            # an empty step (two step boundaries back to back): probe the next one instead
+            # an empty step (two step boundaries back to back): probe again after a step's
+            # gap (a probe started where this one stopped would share its boundary)
             self._probe_retried = True
-            self.wait += 1
+            self.wait += 2
             return
         self.cost = self._fit_window(events)
+        self._record_after_a_boundary()
+
+    def _record_after_a_boundary(self) -> None:
+        """Recording must not start at the boundary where the probe stopped (see the module
+        docstring): the first warm-up step only prepares, or the window waits a step more."""
+        if self.warmup:
+            self._prepare_only = self.wait
+        else:
+            self.wait += 1
         if self.cost.action != "none":
             log.warning("torchtriage: one step records about %s profiler events; %d steps "
                         "would be %s (budget %s): %s", f"{self.cost.events_per_step:,}",
@@ -318,20 +340,24 @@ class ProfileSession:
 
     def _fit_window(self, events: int) -> ProfileCost:
         """Shorten the window to the budget, then drop shapes and stacks (see the module
-        docstring); the profiler reads record_shapes and with_stack when recording starts."""
+        docstring); the profiler reads record_shapes and with_stack when recording starts.
+        The first warm-up step only prepares tracing (it follows the probe), so the trace
+        holds ``warmup - 1 + active`` steps; recorded warm-up steps go first, then active ones
+        down to ``MIN_ACTIVE``."""
         planned = self.warmup + self.active
+        prepared = 1 if self.warmup else 0
         per_step, budget = max(events, 1), self.max_events
         actions: list[str] = []
         dropped: list[str] = []
-        if per_step * planned > budget:
+        if per_step * (planned - prepared) > budget:
             fit = budget // per_step
-            active = min(self.active, max(MIN_ACTIVE, fit - min(self.warmup, 1)))
-            warmup = min(self.warmup, max(fit - active, 1))
+            active = min(self.active, max(MIN_ACTIVE, fit))
+            warmup = prepared + min(self.warmup - prepared, max(fit - active, 0))
             if (warmup, active) != (self.warmup, self.active):
                 actions.append(f"window shortened to {warmup} warm-up + {active} active "
                                f"step(s) from {self.warmup} + {self.active}")
                 self.warmup, self.active = warmup, active
-        recorded = self.warmup + self.active
+        recorded = self.warmup - prepared + self.active
         if per_step * recorded > budget:
             for option in ("record_shapes", "with_stack", "profile_memory"):
                 if getattr(self, option):
@@ -375,7 +401,8 @@ class ProfileSession:
             self._add_metadata_to(self._prof, self._meta)
 
     def _warmup_numbers(self) -> list[int]:
-        return list(range(self.wait, self.wait + self.warmup))
+        """The recorded warm-up steps (a prepare-only step is not in the trace)."""
+        return [n for n in range(self.wait, self.wait + self.warmup) if n != self._prepare_only]
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         from torch.profiler import ProfilerAction

@@ -206,11 +206,13 @@ class TrainerWindow:
             if not self._closed and self.window.session is not None:
                 first, _ = self.window.active_steps() or (0, 0)
                 short = exc is None and self.clock.steps < first  # no profiled step yet
+                restore = exc is None and \
+                    self.window.cut_short_after_a_superseded_window(self.clock.steps)
                 self.window.finish_checks(self.clock.steps)
                 # the record appears once this rank's files are final: rank 0 reads them then
                 self._close_session(exc, pending=short)
                 if short:
-                    restored = self._restore_superseded()
+                    restored = restore and self._restore_superseded()
                     self._publish_record()
                     if not restored:
                         return self._no_window(self.trace)
@@ -310,21 +312,17 @@ class TrainerWindow:
         return WindowResult(message, self.out)
 
     def _restore_superseded(self) -> bool:
-        """Training ended before the window profiled again (after one that was not steady
-        state) reached its first profiled step: the earlier window is the one there is. Its
-        trace moves back from ``superseded/``, the new warm-up trace goes there instead, and
-        the run record names it; its check (not steady state) stays the record's last."""
-        assert self.out is not None
-        aside = self.out / "superseded"
-        earlier = sorted(aside.glob(f"rank{self.rank}_*"), key=lambda p: p.stat().st_mtime)
-        if not earlier or self.window is None or not self.window.checks:
+        """Training ended before the window profiled again reached its first profiled step:
+        the earlier window's trace is restored (ProfilingWindow.restore_superseded) and the
+        pending run record names it."""
+        assert self.out is not None and self.window is not None
+        restored = self.window.restore_superseded(self.trace)
+        if restored is None:
             return False
-        if self.trace is not None and self.trace.exists():
-            self.trace.rename(aside / self.trace.name)
-        self.trace = earlier[-1].rename(self.out / earlier[-1].name)
+        self.trace = restored
         pending = self.out / PENDING_RECORD.format(rank=self.rank)
         record = decode_record(pending.read_bytes())
-        pending.write_text(msgspec.structs.replace(record, trace=self.trace.name).to_json())
+        pending.write_text(msgspec.structs.replace(record, trace=restored.name).to_json())
         return True
 
     def _publish_record(self) -> None:

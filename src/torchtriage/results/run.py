@@ -42,7 +42,9 @@ class ProfileCost(msgspec.Struct, kw_only=True):
     events_per_step: int  # profiler events of the probed (last unprofiled) step
     budget: int  # events a window may record (thresholds.PROFILE_EVENTS_BUDGET)
     planned_steps: int  # warm-up + active steps asked for
-    recorded_steps: int  # warm-up + active steps recorded after the guard
+    # steps the trace holds after the guard: warm-up + active, less the first warm-up step,
+    # which only prepares tracing (it follows the probed step)
+    recorded_steps: int
     estimated_events: int  # events_per_step x recorded_steps
     estimated_export_s: float  # estimated_events x thresholds.PROFILE_EXPORT_US_PER_EVENT
     # recording options turned off: "record_shapes", "with_stack", "profile_memory"
