@@ -34,7 +34,8 @@ def test_full_window_writes_trace_diagnosis_and_run_record(tmp_path):
     # tensorboard_trace_handler naming: <worker>.<time_ns>.pt.trace.json.gz
     assert len(prof.trace_path.name.split(".")) == 6
     assert d.trace.steps_analyzed == [3, 4, 5, 6, 7]
-    assert d.trace.steps_excluded == {"1": "warm-up", "2": "warm-up"}
+    # step #1 follows the cost guard's probe: it only prepares tracing and is not in the trace
+    assert d.trace.steps_excluded == {"2": "warm-up"}
     saved = json.loads((tmp_path / "run" / "diagnosis.json").read_text())
     assert saved["primary"] == d.primary and saved["schema"] == "torchtriage.diagnosis/1"
     run = json.loads((tmp_path / "run" / "run.json").read_text())
@@ -50,9 +51,9 @@ def test_full_window_writes_trace_diagnosis_and_run_record(tmp_path):
 
 def test_leaving_during_warmup_keeps_what_was_recorded(tmp_path):
     with torchtriage.profile(tmp_path) as prof:
-        _loop(prof, 3)  # wait=1, then steps #1 and #2 (warm-up) run; #3 never finishes
+        _loop(prof, 3)  # wait=1 (probed), #1 prepares, #2 (warm-up) runs; #3 never finishes
     d = prof.diagnosis
-    assert d.trace.steps_analyzed == [1, 2]
+    assert d.trace.steps_analyzed == [2]
     assert d.trace.steps_excluded == {"3": "partial: the loop ended inside this step"}
 
 

@@ -374,6 +374,22 @@ def test_loop_falls_back_to_foreach_then_to_the_runner_up_layer(tmp_path):
     assert loop._govern(diagnosis) == "nothing left to try for the host or kernel layer"
 
 
+def test_loop_skips_the_foreach_fallback_when_the_optimizer_runs_foreach_already(tmp_path):
+    """The trace's optimizer runs aten::_foreach_* ops (CUDA's default): foreach=True would
+    change nothing, so after fused keeps nothing the loop moves on."""
+    from types import SimpleNamespace as NS
+
+    from torchtriage.diagnosis.rules.host import MULTI_TENSOR_OPS
+
+    loop, order = _loop_for_order_tests(tmp_path, {})
+    diagnosis = _diagnosis("host", [("optimizer.fused", "host"),
+                                    ("compile.reduce_overhead", "host")])
+    diagnosis.layers = {"host": NS(evidence=[NS(metric=MULTI_TENSOR_OPS, value=8.0)])}
+    loop._govern(diagnosis)
+    assert order[:2] == ["optimizer.fused:optimizer.fused",
+                         "compile.reduce_overhead:compile.mode"]
+
+
 def test_loop_never_injects_a_change_of_effective_batch(tmp_path):
     loop, order = _loop_for_order_tests(tmp_path, {})
     diagnosis = _diagnosis("communication", [("ddp.grad_accumulation", "communication")])
@@ -435,3 +451,25 @@ def test_the_worker_search_starts_where_the_trace_points():
     assert search_values(serves, cores=16, nccl=False, workers_hint=21) == (15, 30, 32)
     assert search_values(serves, cores=16, nccl=False) == (2, 4, 8, 16, 32)
     assert search_values(serves, cores=2, nccl=False, workers_hint=40) == (2, 4)
+
+
+def test_the_fix_report_names_a_fallback_knob_apart_from_its_prescription():
+    """optimizer.fused's foreach fallback is a second step under the same prescription: its
+    values are named with their knob, so the table does not read as fused tried twice."""
+    from torchtriage.report.fix_view import fix_markdown
+    from torchtriage.results.fix import Attempt, FixResult, FixStep
+
+    steps = [FixStep(round=2, layer="host", prescription="optimizer.fused", knob=knob,
+                     result="dropped", why="", attempts=[Attempt(value=True,
+                                                                 verdict="no_change",
+                                                                 note=note)])
+             for knob, note in (("optimizer.fused", "no_change 1.02x"),
+                                ("optimizer.foreach", "no_change 1.00x"))]
+    result = FixResult(summary="kept nothing", command=["python", "x.py"], kept=[],
+                       speedup=None, ci_low=None, ci_high=None, verdict=None,
+                       original_steps_per_s=None, final_steps_per_s=None, steps=steps,
+                       rounds=[], stopped_because="the budget is spent", budget_s=60.0,
+                       elapsed_s=60.0, trials_run=6, out="x")
+    text = fix_markdown(result)
+    assert "| `optimizer.fused` | dropped | True: no\\_change 1.02x |" in text
+    assert "| `optimizer.fused` | dropped | optimizer.foreach=True: no\\_change 1.00x |" in text

@@ -134,6 +134,20 @@ def test_the_cost_guard_leaves_a_cheap_window_alone(tmp_path):
         "events_per_step"] == cost.events_per_step
 
 
+def test_a_probe_that_fails_leaves_the_window_unguarded_not_broken(tmp_path, monkeypatch):
+    """Counting the probe's events raises: the window records as planned, with no cost, and
+    still not at the boundary where the probe stopped."""
+    from torchtriage.capture import session
+
+    def broken(probe):
+        raise RuntimeError("no results")
+
+    monkeypatch.setattr(session, "_count_events", broken)
+    prof = _lbfgs_loop(tmp_path / "failed", 10)
+    assert prof.cost is None
+    assert _trace_steps(tmp_path / "failed")[0] == [f"ProfilerStep#{n}" for n in range(2, 8)]
+
+
 def test_the_cost_guard_shortens_an_op_heavy_window_before_it_records(tmp_path, caplog):
     """The probed step says how many events a step records; a window that would pass the
     budget is shortened (then loses shapes) before anything is recorded, and says so."""

@@ -144,9 +144,13 @@ def test_an_incomplete_knob_fails_the_check():
 def test_every_site_has_an_installer_and_every_condition_a_check():
     assert set(knob_apply.INSTALLERS) == set(registry.SITES)
     assert set(registry.CONDITION_WHY) == set(get_args(registry.Condition))
-    ctx = Context(gpu=False, cores=2, kept={})
+    # each condition reads the context: it differs between a bare CPU job and one that has
+    # every fact (a GPU, workers kept, DDP, a multi-tensor optimizer)
+    bare = Context(gpu=False, cores=2, kept={})
+    full = Context(gpu=True, cores=2, kept={"dataloader.num_workers": 2}, distributed=True,
+                   multi_tensor_optimizer=True)
     for condition in get_args(registry.Condition):
-        assert met(condition, ctx) is False
+        assert met(condition, bare) != met(condition, full), condition
     for rule in get_args(registry.ValueRule):
         assert registry.search_values(registry.Serves("x", rule=rule), cores=2, nccl=False)
 
@@ -165,6 +169,9 @@ def test_today_s_facts_are_kept():
                                                          "max-autotune")
     fused = search_for("optimizer.fused", ctx)
     assert (fused.knob, fused.fallback.knob) == ("optimizer.fused", "optimizer.foreach")
+    # an optimizer that already runs foreach kernels: foreach=True would change nothing
+    multi = Context(True, 4, {}, multi_tensor_optimizer=True)
+    assert search_for("optimizer.fused", multi).fallback is None
     assert search_for("ddp.comm_hook", Context(True, 1, {}, True, True)).values == ("bf16",)
     assert search_for("ddp.comm_hook", Context(True, 1, {}, True, False)).values == ("fp16",)
     assert "DistributedDataParallel" in search_for("ddp.bucket_cap", ctx).why_not
@@ -253,7 +260,7 @@ def test_a_registry_knob_is_applied_in_a_real_process(tmp_path):
     script.write_text(LOADER_SCRIPT)
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "torchtriage", "run", "--out", str(out),
-                           "--steps", "4", "--knob", "dataloader.num_workers=1",
+                           "--steps", "8", "--knob", "dataloader.num_workers=1",
                            "--knob", "memory.grad_accumulation=1", "--",
                            "python", str(script)],
                           capture_output=True, text=True, timeout=300, cwd=REPO)

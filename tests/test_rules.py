@@ -123,3 +123,50 @@ def test_a_rule_added_to_the_tuple_is_run(tmp_path, monkeypatch):
     monkeypatch.setattr(rules, "RULES", (*rules.RULES, _ExtraRule()))
     found = [f for f in diagnose(trace).findings if f.id == "test.extra"]
     assert [f.message for f in found] == ["3 steps"]
+
+
+def _optimizer_trace(out, foreach: bool, forward_ops: int):
+    """A real torch.profiler window: 20 small parameters under Adam, a forward of
+    ``forward_ops`` tiny element-wise ops (host-bound on any CPU)."""
+    import torch
+
+    import torchtriage
+
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(4)) for _ in range(20)]
+    opt = torch.optim.Adam(params, lr=1e-3, foreach=foreach)
+    with torchtriage.profile(out, max_events=0, warmup=1, active=3, record_shapes=False,
+                             profile_memory=False) as prof:
+        for _ in range(6):
+            y = torch.randn(4)
+            for _ in range(forward_ops):
+                y = y * 1.0001 + 0.0001
+            sum((p * y).sum() for p in params).backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    d = prof.diagnosis
+    return d, {e.metric: e.value for e in d.layers["host"].evidence}
+
+
+def test_fused_is_withheld_from_a_foreach_optimizer_that_takes_little_of_the_step(tmp_path):
+    """An optimizer already on the multi-tensor path (aten::_foreach_* ops) that is a small
+    share of a host-bound step: fused=True would gain little and foreach=True nothing, so
+    the fused optimizer is withheld with that evidence; a per-parameter loop is still told to
+    fuse first (one flag, and on a GPU its foreach fallback applies)."""
+    d, ev = _optimizer_trace(tmp_path / "foreach", True, 2500)
+    assert d.primary == "host" and ev["optimizer_multi_tensor_ops_per_step"] > 0
+    assert ev["optimizer_share"] < th.FOREACH_OPTIMIZER_SHARE.value, ev
+    assert "optimizer.fused" not in [p.id for p in d.prescriptions]
+    (held,) = [w for w in d.withheld if w.id == "optimizer.fused"]
+    assert "multi-tensor" in held.reason
+    d, ev = _optimizer_trace(tmp_path / "loop", False, 10)
+    assert ev["optimizer_multi_tensor_ops_per_step"] == 0
+    assert d.prescriptions[0].id == "optimizer.fused"
+
+
+def test_fused_is_prescribed_for_a_foreach_optimizer_that_takes_much_of_the_step(tmp_path):
+    d, ev = _optimizer_trace(tmp_path / "foreach", True, 10)
+    assert ev["optimizer_multi_tensor_ops_per_step"] > 0
+    assert ev["optimizer_share"] >= th.FOREACH_OPTIMIZER_SHARE.value, ev
+    assert "optimizer.fused" in [p.id for p in d.prescriptions]

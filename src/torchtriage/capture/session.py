@@ -331,7 +331,7 @@ class ProfileSession:
             self._prepare_only = self.wait
         else:
             self.wait += 1
-        if self.cost.action != "none":
+        if self.cost is not None and self.cost.action != "none":
             log.warning("torchtriage: one step records about %s profiler events; %d steps "
                         "would be %s (budget %s): %s", f"{self.cost.events_per_step:,}",
                         self.cost.planned_steps,

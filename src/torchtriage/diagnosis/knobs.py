@@ -49,11 +49,12 @@ Kind = Literal["bool", "int", "choice"]
 Numerics = Literal["exact", "compiled", "tf32", "low"]
 NUMERICS_ORDER: tuple[Numerics, ...] = get_args(Numerics)
 # What a search needs before it applies (fix loop); why it is skipped otherwise.
-Condition = Literal["gpu", "workers", "distributed"]
+Condition = Literal["gpu", "workers", "distributed", "per_parameter_optimizer"]
 CONDITION_WHY: dict[Condition, str] = {
     "gpu": "applies to CUDA jobs only",
     "workers": "needs DataLoader workers (dataloader.num_workers kept first)",
     "distributed": "needs a DistributedDataParallel job",
+    "per_parameter_optimizer": "the optimizer already runs multi-tensor (foreach) kernels",
 }
 # Search values computed from the machine: "workers": 2, 4, 8, ... up to max(4, 2 x cores)
 # (I/O-bound loading hides latency beyond the core count); "comm_hook": bf16 with NCCL, else
@@ -98,6 +99,7 @@ class Serves:
     needs: Condition | None = None
     extra: tuple[tuple[str, Any], ...] = ()  # knobs that go with every value
     fallback: str | None = None  # knob tried with the same values when this one keeps nothing
+    fallback_needs: Condition | None = None  # the fallback is tried only where this holds
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("optimizer.fused", "bool", "optimizers built with fused=True where supported",
          "optimizer", _OPTIMIZER, call(), keyword="fused",
          # fused kernels first; the multi-tensor (foreach) path where fused is not faster
-         serves=(Serves("optimizer.fused", (True,), fallback="optimizer.foreach"),)),
+         serves=(Serves("optimizer.fused", (True,), fallback="optimizer.foreach",
+                        fallback_needs="per_parameter_optimizer"),)),
     Knob("optimizer.foreach", "bool", "optimizers built with foreach=True",
          "optimizer", _OPTIMIZER, call(), keyword="foreach"),
     Knob("memory.grad_accumulation", "int",

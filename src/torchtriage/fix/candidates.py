@@ -23,6 +23,7 @@ from torchtriage.diagnosis.knobs import (
     served,
     workers_to_hide_loading,
 )
+from torchtriage.diagnosis.rules.host import MULTI_TENSOR_OPS
 
 __all__ = ["NOT_INJECTED", "Context", "Search", "machine_context", "search_for"]
 
@@ -37,6 +38,7 @@ class Context:
     distributed: bool = False
     nccl: bool = False
     workers_hint: int | None = None  # DataLoader workers the trace says hide loading
+    multi_tensor_optimizer: bool = False  # the trace's optimizer runs aten::_foreach_* ops
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,8 @@ class Search:
 def met(needs: Condition, ctx: Context) -> bool:
     """Whether a search's condition holds (one entry per registry Condition)."""
     return {"gpu": ctx.gpu, "workers": bool(ctx.kept.get("dataloader.num_workers")),
-            "distributed": ctx.distributed}[needs]
+            "distributed": ctx.distributed,
+            "per_parameter_optimizer": not ctx.multi_tensor_optimizer}[needs]
 
 
 def _why_not(needs: Condition | None, ctx: Context) -> str | None:
@@ -69,7 +72,9 @@ def search_for(prescription: str, ctx: Context) -> Search | None:
     values = search_values(serves, cores=ctx.cores, nccl=ctx.nccl,
                            workers_hint=ctx.workers_hint)
     fallback = (Search(prescription, serves.fallback, values)
-                if serves.fallback is not None else None)
+                if serves.fallback is not None and (serves.fallback_needs is None
+                                                    or met(serves.fallback_needs, ctx))
+                else None)
     return Search(prescription, knob.id, values, dict(serves.extra) or None,
                   why_not=_why_not(serves.needs, ctx), fallback=fallback)
 
@@ -89,5 +94,8 @@ def machine_context(kept: dict[str, Any], diagnosis: Any, loader_workers: int = 
     machine = getattr(diagnosis, "machine", None)
     available = getattr(machine, "cores_available", None)
     cores = max(int(available), 1) if available else os.cpu_count() or 1
+    host = diagnosis.layers.get("host")
+    multi = any(e.metric == MULTI_TENSOR_OPS and e.value for e in (host.evidence if host else ()))
     return Context(gpu=diagnosis.trace.mode == "gpu", cores=cores, kept=kept,
-                   distributed=world > 1, nccl=nccl, workers_hint=hint)
+                   distributed=world > 1, nccl=nccl, workers_hint=hint,
+                   multi_tensor_optimizer=multi)

@@ -16,7 +16,9 @@ _STYLE = {"kept": "bold green", "dropped": "yellow", "failed": "red", "skipped":
 
 
 def _tried(step: FixStep) -> str:
-    return "; ".join(f"{a.value!r}: {a.note}" for a in step.attempts)
+    # a knob other than the prescription's own (optimizer.fused's foreach fallback) is named
+    named = f"{step.knob}=" if step.knob and step.knob != step.prescription else ""
+    return "; ".join(f"{named}{a.value!r}: {a.note}" for a in step.attempts)
 
 
 def _detail(step: FixStep) -> str:

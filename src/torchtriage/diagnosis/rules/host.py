@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from torchtriage.analysis.categories import optimizer_own_intervals
-from torchtriage.analysis.intervals import covers
+from torchtriage.analysis.intervals import covered_within, covers
 from torchtriage.analysis.ops import in_steps
 from torchtriage.analysis.transfers import SYNC_CALLS
 from torchtriage.diagnosis import thresholds as th
@@ -21,13 +23,17 @@ class HostRule:
     one (``launch_bound_short_share`` of kernels under ``short_kernel_us``), host-device syncs
     and CPU scalar reads per step. At ``host_significant`` of step time: the fused optimizer
     when ``optimizer_ops_per_step`` host ops run inside ``Optimizer.step`` and no fused kernel
-    does, removing syncs when there is at least one per step, then CUDA-graph compilation.
+    does (when they include multi-tensor ``aten::_foreach_*`` ops, the optimizer already
+    batches its parameters, and fused is prescribed only when the optimizer's own time is
+    ``foreach_optimizer_share`` of the step; the fix loop then skips the foreach fallback),
+    removing syncs when there is at least one per step, then CUDA-graph compilation.
     """
 
     layer: Layer = "host"
     prescribes = ("optimizer.fused", "sync.remove", "compile.reduce_overhead")
     thresholds = (th.HOST_SIGNIFICANT, th.SMALL_OP_US, th.SHORT_KERNEL_US,
-                  th.LAUNCH_BOUND_SHORT_SHARE, th.OPTIMIZER_OPS_PER_STEP)
+                  th.LAUNCH_BOUND_SHORT_SHARE, th.OPTIMIZER_OPS_PER_STEP,
+                  th.FOREACH_OPTIMIZER_SHARE)
 
     def judge(self, f: Facts) -> Verdict:
         return _host(f)
@@ -93,15 +99,27 @@ def _host(f: Facts) -> Verdict:
                 id="host.cpu_scalar_reads", severity="info", layer="host",
                 message=f"{reads:g} scalar reads (.item()) of CPU tensors per step, "
                         f"{read_ms:.2f} ms: host work that waits for no device, not syncs."))
-    optimizer_ops = _optimizer_ops_per_step(f)
-    v.evidence.append(share_evidence("optimizer_ops_per_step", optimizer_ops,
-                                     th.OPTIMIZER_OPS_PER_STEP))
+    work = _optimizer_work(f)
+    ops = share_evidence("optimizer_ops_per_step", work.ops, th.OPTIMIZER_OPS_PER_STEP)
+    multi = Evidence(metric=MULTI_TENSOR_OPS, value=work.multi_tensor_ops,
+                     unit="aten::_foreach_* ops per step inside Optimizer.step")
+    own = share_evidence("optimizer_share", work.share, th.FOREACH_OPTIMIZER_SHARE)
+    v.evidence.extend([ops, multi, own])
     if share < th.HOST_SIGNIFICANT.value:
         return v
     fused = f.names_matching(lambda n: "_fused_" in n)
-    if optimizer_ops >= th.OPTIMIZER_OPS_PER_STEP.value and not fused:
-        v.remedies.append((BY_ID["optimizer.fused"],
-                           f"the optimizer runs {optimizer_ops:.0f} ops per step"))
+    if work.ops >= th.OPTIMIZER_OPS_PER_STEP.value and not fused:
+        if not work.multi_tensor_ops:
+            v.remedies.append((BY_ID["optimizer.fused"],
+                               f"the optimizer runs {work.ops:.0f} ops per step, one "
+                               "parameter at a time"))
+        elif work.share >= th.FOREACH_OPTIMIZER_SHARE.value:
+            v.remedies.append((BY_ID["optimizer.fused"],
+                               f"the multi-tensor optimizer takes {work.share:.0%} of step time"))
+        else:
+            v.withheld.append((BY_ID["optimizer.fused"],
+                               f"the optimizer already runs multi-tensor (foreach) kernels and "
+                               f"takes {work.share:.0%} of step time", [multi, own]))
     if syncs_per_step >= 1:
         v.remedies.append((BY_ID["sync.remove"], f"{syncs_per_step:g} syncs per step"))
     v.remedies.append((BY_ID["compile.reduce_overhead"],
@@ -116,13 +134,28 @@ def _host_ops_per_step(f: Facts) -> float:
     return float(in_steps(ev.ts[rows], f.steps).sum()) / max(len(f.steps), 1)
 
 
-def _optimizer_ops_per_step(f: Facts) -> float:
+MULTI_TENSOR_OPS = "optimizer_multi_tensor_ops_per_step"  # read by the fix loop's context
+
+
+class OptimizerWork(msgspec.Struct, frozen=True):
+    ops: float  # host ops per analysed step inside the optimizer's own time
+    multi_tensor_ops: float  # of those, aten::_foreach_* ops
+    share: float  # the optimizer's own host time over the analysed steps' wall time
+
+
+def _optimizer_work(f: Facts) -> OptimizerWork:
     """Host ops that start inside ``Optimizer.step#...`` ranges, outside the closures they
-    run (forward and backward), per analysed step."""
+    run (forward and backward), per analysed step; how many of them are multi-tensor
+    (``aten::_foreach_*``); and the ranges' own time as a share of the analysed steps."""
     ev = f.trace.events
     s, e = optimizer_own_intervals(f.trace, zero_grad=False)
     if s.size == 0:
-        return 0.0
+        return OptimizerWork(0.0, 0.0, 0.0)
     rows = f.nesting.rows
-    inside = covers(ev.ts[rows], s, e) & in_steps(ev.ts[rows], f.steps)
-    return float(inside.sum()) / max(len(f.steps), 1)
+    inside = rows[covers(ev.ts[rows], s, e) & in_steps(ev.ts[rows], f.steps)]
+    steps = max(len(f.steps), 1)
+    foreach = ev.name_mask(lambda n: n.startswith("aten::_foreach_"))[inside]
+    own_us = float(covered_within(s, e, f.steps.start, f.steps.end).sum())
+    return OptimizerWork(ops=float(inside.size) / steps,
+                         multi_tensor_ops=float(foreach.sum()) / steps,
+                         share=own_us / f.wall_us if f.wall_us > 0 else 0.0)
