@@ -97,6 +97,9 @@ def test_a_window_profiled_again_and_cut_short_by_the_end_falls_back_to_the_firs
     out = tmp_path / "out"
     traces = list(out.glob("rank0_*.pt.trace.json.gz"))
     assert len(traces) == 1 and len(list((out / "superseded").glob("rank0_*"))) == 1
+    # the first session's record went aside with its trace, never into the run directory,
+    # where rank 0 of a job would take it for this rank's final record
+    assert (out / "superseded" / "run.rank0.json").is_file()
     assert decode_record((out / "run.rank0.json").read_bytes()).trace == traces[0].name
     doc = result.diagnosis
     assert doc.window.first_step == start + 4 and doc.window.representative is False
@@ -260,7 +263,8 @@ def test_lightning_ddp_ranks_write_their_traces_and_rank0_diagnoses_the_job(tmp_
     assert len(list(out.glob("rank0_*.pt.trace.json.gz"))) == 1
     assert len(list(out.glob("rank1_*.pt.trace.json.gz"))) == 1
     doc = read_document((out / "diagnosis.json").read_bytes())
-    assert isinstance(doc, JobDiagnosis) and doc.world_size == 2
+    assert isinstance(doc, JobDiagnosis) and doc.world_size == 2, (
+        sorted(p.name for p in out.rglob("*")), proc.stderr[-3000:])
     assert [d.trace.rank for d in doc.diagnoses] == [0, 1]
     for d in doc.diagnoses:
         _check_window(d)

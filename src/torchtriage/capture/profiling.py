@@ -215,11 +215,14 @@ class ProfilingWindow:
         """Close the current session and keep its trace aside, in ``superseded/``; returns the
         closed session."""
         session, self.session = self.session, None
+        aside = self.out / "superseded"
+        aside.mkdir(parents=True, exist_ok=True)
+        # its run record goes aside too: in the run directory, rank 0 (waiting for every
+        # rank's record) would take it for this rank's final one and diagnose without its trace
+        session.record_name = str(Path("superseded") / session.record_name)
         try:
             session.__exit__(None, None, None)
         finally:
-            aside = self.out / "superseded"
-            aside.mkdir(parents=True, exist_ok=True)
             if session.trace_path is not None and session.trace_path.exists():
                 shutil.move(str(session.trace_path), aside / session.trace_path.name)
         return session
