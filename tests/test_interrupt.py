@@ -9,6 +9,7 @@ The script is a real training loop fed by a DataLoader with 2 worker processes; 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -149,6 +150,66 @@ def test_sigkill_mid_fix_leaves_every_finished_trial_in_the_store(tmp_path, run_
     trials = RunStore(run_store).trials(row.id)
     assert len(trials) == trial_lines(out) >= 2
     assert all(t["status"] == "ok" and t["ab"] for t in trials)
+
+
+def test_a_killed_dataloader_worker_fails_the_run_and_keeps_what_was_recorded(tmp_path):
+    """A DataLoader worker dies (SIGKILL, as the kernel's OOM killer does): the script fails
+    with PyTorch's own error, and torchtriage says so in one line, exits 1, keeps the trace,
+    the record and the diagnosis, and leaves no process behind."""
+    out = tmp_path / "run"
+    proc = start(tmp_path, "run", "--out", out, "--", "python", LOADER)
+    wait_for(proc, lambda: (out / "window.rank0.json").exists() and workers_running(proc.pid),
+             tmp_path)
+    procs = family(proc.pid)
+    script = next(p for p in alive(procs) if p.ppid() == proc.pid)
+    worker = next(p for p in alive(procs) if p.ppid() == script.pid)
+    worker.kill()
+    try:
+        status = proc.wait(timeout=120)
+    finally:
+        survivors = alive(procs)
+        for p in survivors:
+            p.kill()
+    stderr = (tmp_path / "stderr").read_text()
+    assert status == 1 and not survivors, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"torchtriage: error: the command exited with code 1; recorded 1 trace(s), kept in "
+        f"{out}")
+    record = json.loads((out / "run.rank0.json").read_text())
+    assert "DataLoader worker" in record["exit_exception"], record["exit_exception"]
+    assert list(out.glob("rank0_*.pt.trace.json.gz"))
+    assert json.loads((out / "diagnosis.json").read_text())["primary"]
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 1 MiB tmpfs, nearly full: writes past a few KiB fail with ENOSPC."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here")
+    with contextlib.suppress(OSError):  # full already
+        (where / "filler").write_bytes(b"x" * (1024 * 1024 - 16 * 1024))
+    yield where
+    subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def test_a_full_disk_under_run_out_leaves_training_alone_and_says_so(tmp_path, full_disk):
+    """The trace is written inside the training step that ends the window: ENOSPC there must
+    not reach the training loop (the script runs to its end, exit 0), and torchtriage says in
+    one line, without a traceback, what it could not write."""
+    out = full_disk / "run"
+    proc = start(tmp_path, "run", "--out", out, "--", "python", LOADER, "--steps", "40",
+                 "--sleep-ms", "1")
+    status = proc.wait(timeout=300)
+    stderr = (tmp_path / "stderr").read_text()
+    assert "Traceback" not in stderr, stderr
+    assert status != 0, stderr
+    assert "the trace could not be written" in stderr and "No space left on device" in stderr
+    assert stderr.strip().splitlines()[-1].startswith(
+        f"torchtriage: error: nothing could be saved in {out}: its file system has "), stderr
+    assert "OSError" not in (tmp_path / "stdout").read_text()
 
 
 def test_the_guard_stops_at_once_between_commands_and_restores_the_handlers():

@@ -439,3 +439,19 @@ def test_out_naming_a_file_is_a_one_line_error(tmp_path, command):
         f"torchtriage: error: --out {target} is a file, not a directory: give a directory (a new "
         "one is created)")
     assert target.read_text() == "mine"
+
+
+def test_a_truncated_run_record_is_left_out_with_a_warning_not_an_internal_error(tmp_path,
+                                                                                  caplog):
+    """A record cut short (its writer killed mid-write, before records were written whole)
+    is named and left out; the readable ones are used."""
+    from torchtriage.capture.runner import rank_files
+    from torchtriage.results.run import RunRecord
+
+    RunRecord(argv=["train.py"], trace=None, rank=0).write(tmp_path / "run.rank0.json")
+    (tmp_path / "run.rank1.json").write_text('{"schema": "torchtriage.run/1", "argv": [')
+    with caplog.at_level("WARNING"):
+        traces, records = rank_files(tmp_path)
+    assert [r.rank for r in records] == [0] and traces == []
+    assert "run.rank1.json" in caplog.text and "cannot be read" in caplog.text
+    assert not list(tmp_path.glob(".*.part"))  # written whole: no temporary file left

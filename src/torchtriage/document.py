@@ -6,6 +6,9 @@ version. The table of document types by schema id is :mod:`torchtriage.results.r
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import msgspec
 
 
@@ -16,6 +19,18 @@ class JsonDocument(msgspec.Struct, kw_only=True):
         """The document as JSON text (``indent=0``: one line)."""
         raw = msgspec.json.encode(self)
         return msgspec.json.format(raw, indent=indent).decode() if indent else raw.decode()
+
+    def write(self, path: Path) -> None:
+        """Write the document to ``path`` whole or not at all: into a temporary file beside it,
+        then renamed over it. A write that fails (a full disk) removes the temporary file and
+        raises the ``OSError``; a reader never sees a truncated document."""
+        part = path.with_name(f".{path.name}.part")
+        try:
+            part.write_text(self.to_json())
+            os.replace(part, path)
+        except OSError:
+            part.unlink(missing_ok=True)
+            raise
 
     def to_dict(self) -> dict:
         return msgspec.to_builtins(self)

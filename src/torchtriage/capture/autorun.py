@@ -227,8 +227,10 @@ class AutoRun:
             session.extra_record.update(extra)
             try:
                 session.__exit__(type(exc) if exc else None, exc, None)
-            except Exception:  # the trace is what matters; never mask the script's own exit
-                log.exception("torchtriage: saving the profile failed")
+            except Exception as exc2:  # never mask the script's own exit: one line
+                log.warning("torchtriage: saving the profile failed (%s: %s)",
+                            type(exc2).__name__, exc2)
+                log.debug("torchtriage: saving the profile failed", exc_info=True)
             if restore:
                 self._restore_superseded(session)
             world_size = extra["world_size"]
@@ -245,7 +247,11 @@ class AutoRun:
             error = (None if self.timing or oom else
                      f"{self.clock.steps} step(s) ran, fewer than --skip {self.config.skip}")
             record = RunRecord(argv=list(sys.argv), trace=None, error=error, oom=oom, **extra)
-            (self.out / f"run.rank{self.rank}.json").write_text(record.to_json())
+            try:
+                record.write(self.out / f"run.rank{self.rank}.json")
+            except OSError as exc2:  # a full disk: one line, never a traceback at exit
+                log.warning("torchtriage: the run record could not be written in %s: %s",
+                            self.out, exc2.strerror or exc2)
         # A process that never trained and never ran out of memory (a launcher such as
         # torchrun's agent, a helper process) writes nothing: it must not overwrite the record
         # of the rank it shares a number with.
@@ -259,7 +265,7 @@ class AutoRun:
         session.trace_path = restored
         path = self.out / f"run.rank{self.rank}.json"
         record = decode_record(path.read_bytes())
-        path.write_text(msgspec.structs.replace(record, trace=restored.name).to_json())
+        msgspec.structs.replace(record, trace=restored.name).write(path)
 
 
 def _distributed() -> bool:

@@ -61,7 +61,8 @@ def write_job_diagnosis(out: Path, world_size: int, device_memory: int | None) -
     rank traces into ``diagnosis.json``."""
     from torchtriage.capture.runner import diagnose_run_dir, rank_files
 
-    wait_for_records(out, world_size)
+    if world_size > 1:  # one process wrote its own record just before (or could not)
+        wait_for_records(out, world_size)
     try:
         traces, records = rank_files(out)
         if traces:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -285,7 +286,12 @@ def run_dir_options(records: list[RunRecord], device_memory: int | None, top: in
 
 def rank_files(out: Path) -> tuple[list[Path], list[RunRecord]]:
     """The rank traces and run records in a run directory."""
-    records = [decode_record(p.read_bytes()) for p in sorted(out.glob("run.rank*.json"))]
+    records = []
+    for path in sorted(out.glob("run.rank*.json")):
+        try:
+            records.append(decode_record(path.read_bytes()))
+        except (OSError, msgspec.DecodeError) as exc:  # a writer killed mid-write, say
+            log.warning("torchtriage: left out %s, which cannot be read (%s)", path, exc)
     return _trace_files(out), records
 
 
@@ -310,10 +316,24 @@ def describe_failure(result: RunResult, timeout: float | None) -> str | None:
     if not result.traces:
         errors = {r.error for r in result.records if r.error}
         if not result.records:
+            free = _free_bytes(result.out)
+            if free is not None and free < FULL_DISK_BYTES:
+                return (f"nothing could be saved in {result.out}: its file system has "
+                        f"{free // 1024} KiB free (the trace and the run record need more)")
             return ("no training step detected (no optimizer.step() and no "
                     "torchtriage.step())")
         return "; ".join(sorted(errors)) or "no trace was recorded"
     return None
+
+
+FULL_DISK_BYTES = 1 << 20  # less free space than this where nothing was saved: a full disk
+
+
+def _free_bytes(path: Path) -> int | None:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
 
 
 def python_command(argv: list[str]) -> list[str]:

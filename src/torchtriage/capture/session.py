@@ -195,6 +195,7 @@ class ProfileSession:
         # values of RunRecord fields, by field name.
         self.extra_record: dict[str, Any] = extra_record if extra_record is not None else {}
         self.trace_path: Path | None = None
+        self.save_error: str | None = None  # why the trace could not be written
         self.error: str | None = None
         self.out_of_memory: OutOfMemory | None = None  # the block raised OutOfMemoryError
         self._diagnosis = None
@@ -440,8 +441,18 @@ class ProfileSession:
     # --- results --------------------------------------------------------------------------
 
     def _save(self, prof) -> None:
+        """Write the trace. It runs inside the training step that ends the window: a write that
+        fails (a full disk, a directory gone) is one warning and no trace, never an error
+        raised into the training loop; a partial file is removed."""
         path = self.run_dir / f"{self.worker_name}.{time.time_ns()}{TRACE_SUFFIX}"
-        prof.export_chrome_trace(str(path))
+        try:
+            prof.export_chrome_trace(str(path))
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            self.save_error = f"the trace could not be written to {path}: {_reason(exc)}"
+            log.warning("torchtriage: %s; training goes on", self.save_error)
+            return
         self.trace_path = path
 
     def _finish(self, oom: bool) -> None:
@@ -463,8 +474,9 @@ class ProfileSession:
             self._write_run_record(oom)
             return
         if self.trace_path is None:
-            self.error = (f"no trace was saved ({self._steps_run} step(s) ran)")
-            warnings.warn(f"torchtriage: {self.error}", stacklevel=3)
+            self.error = self.save_error or f"no trace was saved ({self._steps_run} step(s) ran)"
+            if self.save_error is None:  # else logged where the write failed
+                warnings.warn(f"torchtriage: {self.error}", stacklevel=3)
             self._write_run_record(oom)
             return
         if self.analyze:
@@ -526,7 +538,11 @@ class ProfileSession:
             error=self.error,
             **{"out_of_memory": self.out_of_memory, **self.extra_record},
         )
-        (self.run_dir / self.record_name).write_text(record.to_json())
+        try:
+            record.write(self.run_dir / self.record_name)
+        except OSError as exc:  # a full disk: the trace (if written) is kept, training goes on
+            log.warning("torchtriage: the run record could not be written to %s: %s",
+                        self.run_dir / self.record_name, _reason(exc))
 
     @property
     def diagnosis(self):
@@ -536,6 +552,10 @@ class ProfileSession:
                 raise CaptureError("the diagnosis is ready after the `with` block ends")
             raise CaptureError(self.error or "analysis was turned off (analyze=False)")
         return self._diagnosis
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc) or type(exc).__name__
 
 
 def _count_events(probe: Any) -> int:

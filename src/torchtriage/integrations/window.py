@@ -305,7 +305,7 @@ class TrainerWindow:
                        "profiled")
             record = RunRecord(argv=list(sys.argv), trace=None, error=message.removeprefix(
                 "torchtriage: "), **self._record_fields())
-            (self.out / f"run.rank{self.rank}.json").write_text(record.to_json())
+            record.write(self.out / f"run.rank{self.rank}.json")
         if self.rank != 0:
             return None
         self.log.warning(message)
@@ -322,7 +322,7 @@ class TrainerWindow:
         self.trace = restored
         pending = self.out / PENDING_RECORD.format(rank=self.rank)
         record = decode_record(pending.read_bytes())
-        pending.write_text(msgspec.structs.replace(record, trace=restored.name).to_json())
+        msgspec.structs.replace(record, trace=restored.name).write(pending)
         return True
 
     def _publish_record(self) -> None:
