@@ -235,3 +235,15 @@ def test_a_deferring_guard_stops_where_it_is_safe_and_a_second_signal_at_once():
         signal.raise_signal(signal.SIGINT)  # a second signal: no more waiting
         reached.append("past the second signal")
     assert reached == [signal.SIGHUP] and caught.value.code == 129  # the first one counts
+
+
+def test_a_full_disk_under_ab_out_is_one_line_not_an_internal_error(tmp_path, full_disk):
+    out = full_disk / "ab"
+    proc = start(tmp_path, "ab", "--out", out, "--trials", "2", "--steps", "3", "--",
+                 "python", LOADER, "--steps", "1000", "--sleep-ms", "1")
+    status = proc.wait(timeout=300)
+    stderr = (tmp_path / "stderr").read_text()
+    assert status == 1 and "Traceback" not in stderr, stderr
+    assert "nothing could be saved in" in stderr  # the trial says why it has no record
+    assert stderr.strip().splitlines()[-1].startswith(
+        "torchtriage: error: No space left on device"), stderr

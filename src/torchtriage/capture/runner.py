@@ -316,17 +316,21 @@ def describe_failure(result: RunResult, timeout: float | None) -> str | None:
     if not result.traces:
         errors = {r.error for r in result.records if r.error}
         if not result.records:
-            free = _free_bytes(result.out)
-            if free is not None and free < FULL_DISK_BYTES:
-                return (f"nothing could be saved in {result.out}: its file system has "
-                        f"{free // 1024} KiB free (the trace and the run record need more)")
-            return ("no training step detected (no optimizer.step() and no "
-                    "torchtriage.step())")
+            return no_record_reason(result.out)
         return "; ".join(sorted(errors)) or "no trace was recorded"
     return None
 
 
 FULL_DISK_BYTES = 1 << 20  # less free space than this where nothing was saved: a full disk
+
+
+def no_record_reason(out: Path) -> str:
+    """Why a command left no run record in ``out``: a full file system, else no step."""
+    free = _free_bytes(out)
+    if free is not None and free < FULL_DISK_BYTES:
+        return (f"nothing could be saved in {out}: its file system has {free // 1024} KiB "
+                "free (the trace and the run record need more)")
+    return "no training step detected (no optimizer.step() and no torchtriage.step())"
 
 
 def _free_bytes(path: Path) -> int | None:

@@ -12,6 +12,7 @@ runs, and imports its implementation inside the handler. Only ``runs`` reaches t
 
 from __future__ import annotations
 
+import errno
 import gc
 import importlib
 import os
@@ -54,11 +55,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torchtriage: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except Exception as exc:  # never a traceback for the user
+        if isinstance(exc, OSError) and exc.errno in MACHINE_ERRNOS:
+            # the machine, not torchtriage: a full disk or quota, a read-only file system
+            where = f" ({exc.filename})" if exc.filename else ""
+            print(f"torchtriage: error: {exc.strerror}{where}; what was written before it is "
+                  "kept", file=sys.stderr)
+            return 1
         if os.environ.get("TORCHTRIAGE_DEBUG") == "1":
             raise
         print(f"torchtriage: internal error: {type(exc).__name__}: {exc} "
               "(set TORCHTRIAGE_DEBUG=1 for the traceback)", file=sys.stderr)
         return 3
+
+
+MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # one line, exit 1, not internal
 
 
 def _before_command_line(argv: list[str], runners: tuple[str, ...]) -> list[str]:
