@@ -178,3 +178,29 @@ def test_usage_errors_are_one_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("torchtriage: error: ") and message in err[0]
+
+
+@pytest.mark.parametrize("command", ["run", "ab", "fix"])
+def test_a_report_path_that_cannot_be_written_is_refused_before_any_work(tmp_path, command):
+    """--html under a file (or naming a directory) is refused at once, not after minutes of
+    trials."""
+    (tmp_path / "afile").write_text("x")
+    proc = _run(command, "--out", str(tmp_path / "out"), "--html",
+                str(tmp_path / "afile" / "r.html"), "--", "python", "-c", "pass")
+    assert proc.returncode == 2 and not (tmp_path / "out").exists()
+    assert proc.stderr.strip().splitlines() == [
+        f"torchtriage: error: argument --html: {tmp_path / 'afile' / 'r.html'}: "
+        f"{tmp_path / 'afile'} is not a directory (see `torchtriage {command} --help`)"]
+    proc = _run("analyze", str(tmp_path), "--md", str(tmp_path))
+    assert proc.returncode == 2 and "is a directory, not a file" in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "ab", "fix"])
+def test_a_command_that_never_starts_is_stored_as_failed_with_why(tmp_path, command,
+                                                                  run_store):
+    from torchtriage.verify.store import RunStore
+
+    proc = _run(command, "--out", str(tmp_path / "out"), "--", "no_such_command_xyz")
+    assert proc.returncode == 2, proc.stderr
+    (row,) = RunStore(run_store).runs()
+    assert row.status == "failed" and "command not found: no_such_command_xyz" in row.summary

@@ -259,6 +259,18 @@ def ab(tmp_path: Path, *args: str, out: str = "ab", timeout: int = 300):
     return proc, (json.loads(path.read_text()) if path.exists() else None)
 
 
+def test_ab_says_when_the_script_ends_before_the_steps_asked(tmp_path):
+    """tiny_loop.py runs 50 steps: after 3 warm-up steps (and the interval of the first) 47 are
+    measured, not the 100 asked; the trials, the summary and the JSON say so."""
+    proc, result = ab(tmp_path, "--trials", "2", "--steps", "100", "--", "python", TINY)
+    assert proc.returncode == 0, proc.stderr
+    assert (result["steps"], result["steps_measured"]) == (100, 47)
+    assert "Only 47 of the 100 steps asked were measured per trial" in result["summary"]
+    assert all(t["error"] == "ended after 50 steps: 47 of 100 measured"
+               for t in result["trials"])
+    assert "47 measured steps of the 100 asked" in proc.stdout
+
+
 @pytest.mark.timing
 def test_ab_more_dataloader_workers_is_faster(tmp_path):
     page = tmp_path / "ab.html"

@@ -8,6 +8,7 @@ and a usage error answer in the time Python starts. Each command names its handl
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +55,23 @@ def layer_list(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(
             f"{(unknown or [text])[0]!r} is not a layer (one of {', '.join(LAYERS)})")
     return names
+
+
+def report_path(text: str) -> Path:
+    """An argparse type: a report file that can be written, checked before any work (``ab``
+    and ``fix`` would otherwise find out after minutes of trials). Not a directory; the
+    nearest existing folder above it is a writable directory (the rest is created)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory, not a file")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text}: {parent} is not writable")
+    return path
 
 
 def at_least(low: float, kind: type = int) -> Callable[[str], float]:
@@ -114,12 +132,12 @@ def build_parser() -> Parser:
         p.add_argument("--json", dest="json_out", action="store_true", help=text)
 
     def html(p: Parser) -> None:
-        p.add_argument("--html", dest="html_out", type=Path, metavar="PATH",
+        p.add_argument("--html", dest="html_out", type=report_path, metavar="PATH",
                        help="Also write a self-contained HTML report (opens offline) to this "
                             "file.")
 
     def markdown(p: Parser) -> None:
-        p.add_argument("--md", dest="md_out", type=Path, metavar="PATH",
+        p.add_argument("--md", dest="md_out", type=report_path, metavar="PATH",
                        help="Also write a Markdown summary (for a pull-request comment) to "
                             "this file.")
 

@@ -92,9 +92,15 @@ def run(args: argparse.Namespace) -> int:
                   f"({run_dir / 'diagnosis.json'}); training goes on, the final report "
                   "follows when the script exits (Ctrl-C stops it and keeps it all)[/dim]")
 
-    result = run_command(command, config, timeout=args.timeout, quiet_output=args.json_out,
-                         on_window=window_done if steps is None and not args.json_out
-                         and not args.stop_after_window else None)
+    try:
+        result = run_command(command, config, timeout=args.timeout,
+                             quiet_output=args.json_out,
+                             on_window=window_done if steps is None and not args.json_out
+                             and not args.stop_after_window else None)
+    except TorchtriageError as exc:  # a command not found, --out a file: the row says so
+        if runs is not None:
+            runs.finish_run(run_id, "failed", str(exc), None)
+        raise
     write_diagnosis(result, device_memory, args.top)  # an out-of-memory error without a trace
     doc = result.diagnosis
     if args.html_out is not None and doc is not None:

@@ -8,8 +8,8 @@ verify each with an A/B, keep what is proven, re-profile, move on.
    ``compile.mode`` from the cheapest compile up). A/Bs stop as soon as the answer is clear
    (``run_ab(adaptive=True)``), and the kept configuration's own trials serve as the next
    baseline, so a value search costs few trials. Failed, timed-out and OOM trials are recorded
-   as such; the candidate is dropped, the run goes on. A search that keeps nothing may name
-   a fallback (``optimizer.fused`` -> ``foreach``).
+   as such; the candidate is dropped, the run goes on. A search that keeps nothing may name a
+   fallback (``optimizer.fused`` -> ``foreach``, where the optimizer is not foreach already).
 3. A fix is kept only when it is significantly faster and passes loss parity. After a kept
    fix the configuration is profiled again and the loop continues with whatever layer is now
    the bottleneck; a prescription measured `no_change` before may be tried once more under the
@@ -135,9 +135,10 @@ def run_fix(
         except interrupt.Interrupted as exc:  # keep what was found so far
             stopped_by = exc
             result = loop.interrupted(exc.name)
-        except BaseException:
-            if store:
-                store.finish_run(store_id, "failed", "fix did not finish")
+        except BaseException as exc:
+            if store:  # the row says why
+                store.finish_run(store_id, "failed", "fix did not finish: "
+                                 + (str(exc) or type(exc).__name__).splitlines()[0])
             raise
         patch = make_patch(loop.kept, loop.outcomes(), command, cwd)
         if patch.diff:
@@ -167,8 +168,7 @@ def _trial_sink(store, store_id: int | None) -> Callable[[Path, Trial], None] | 
         return None
 
     def add(ab_dir: Path, trial: Trial) -> None:
-        store.add_trial(store_id, trial.arm, trial.idx, trial.status,
-                        time.time() - trial.wall_s,
+        store.add_trial(store_id, trial.arm, trial.idx, trial.status, time.time() - trial.wall_s,
                         {**msgspec.to_builtins(trial), "ab": ab_dir.name})
 
     return add

@@ -83,8 +83,11 @@ def ab_renderable(r: ABResult) -> RenderableType:
         add_row(arms, arm, plain(what[:60]), f"{a.trials_ok}/{r.trials_per_arm}",
                      _num(a.mean_step_ms), _num(a.steps_per_s), _num(a.samples_per_s),
                      _num(a.warmup_end_s))
+    measured = (f"{r.steps} measured steps each" if r.steps_measured in (None, r.steps)
+                else f"{r.steps_measured} measured steps of the {r.steps} asked"
+                if r.steps_measured < r.steps else f"{r.steps} or more measured steps each")
     trials = Table(box=box.SIMPLE_HEAD, title=f"Trials (ABBA order; {r.warmup} warm-up + "
-                                               f"{r.steps} measured steps each)")
+                                               f"{measured})")
     for col in ("#", "arm", "status", "mean step ms", "wall s", "note"):
         trials.add_column(col)
     for k, t in enumerate(r.trials, 1):

@@ -97,7 +97,10 @@ class ABResult(JsonDocument, msgspec.Struct, kw_only=True):
     baseline_knobs: dict[str, Any] = {}  # knobs both arms ran with
     trials_per_arm: int
     warmup: int
-    steps: int
+    steps: int  # measured steps asked per trial
+    # the fewest a completed trial measured: fewer than ``steps`` when the script ends sooner,
+    # more when a fast step ran on to trial_min_measure_s
+    steps_measured: int | None = None
     trials: list[Trial]
     outlier_trials: list[str] = []  # "A3": set aside from the arms' figures and the interval
     out: str

@@ -144,6 +144,11 @@ def run_ab(
                 exc.detail = (f"the {ran} completed trial(s) are in {out / 'trials.jsonl'}"
                               + (f" and run {store_id} of the run store" if store else ""))
             raise
+        except Exception as exc:  # a command not found, a full disk: the row says so
+            if store:
+                store.finish_run(store_id, "failed", str(exc).splitlines()[0] if str(exc)
+                                 else type(exc).__name__)
+            raise
     result = _result(done, arms, knobs, settings, out)
     result.baseline_knobs = base
     result.store_id = store_id
@@ -268,6 +273,9 @@ def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], ou
                if not detected else f"the script ran {detected} step(s); a trial needs "
                f"{used} warm-up + at least {MIN_MEASURED_STEPS} measured")
         return Trial(status="too_few_steps", error=note or why, **base)
+    if n < settings.steps and note is None:
+        detected = max((r.steps_detected for r in records), default=0)
+        note = f"ended after {detected} steps: {n} of {settings.steps} measured"
     step_ms = [round(max(t[i] for t in measured), 3) for i in range(n)]
     mean_ms = statistics.fmean(step_ms)
     rank0 = result.rank0() or records[0]
@@ -327,6 +335,7 @@ def _result(done: list[Trial], arms, knobs: dict[str, Any], settings: TrialSetti
     common = dict(confidence=settings.confidence, min_effect=min_effect, parity=parity,
                   a=a, b=b, knobs=outcomes, trials_per_arm=settings.trials,
                   warmup=settings.warmup, steps=settings.steps, trials=done, out=str(out),
+                  steps_measured=min((len(t.step_ms) for t in a_ok + b_ok), default=None),
                   outlier_trials=[f"{t.arm}{t.idx}" for t in done if t.outlier])
     a_oom = [t for t in a_trials if t.status == "oom"]
     if not a_ok and b_ok and a_oom and len(a_oom) == len(a_trials):
@@ -404,6 +413,9 @@ def _summary(r: ABResult) -> str:
                            f"({interval}) is not a win",
     }
     text = words[r.verdict] + "."
+    if r.steps_measured is not None and r.steps_measured < r.steps:
+        text += (f" Only {r.steps_measured} of the {r.steps} steps asked were measured per "
+                 "trial: the script ends sooner.")
     if min(r.a.trials_ok, r.b.trials_ok) < 2:
         text += " Only one trial in an arm: the interval shows no spread."
     for t in r.trials:
