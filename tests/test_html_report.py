@@ -110,8 +110,8 @@ def test_report_bad_inputs(tmp_path):
     proc = cli("report", str(broken))
     assert proc.returncode != 0 and "not a readable torchtriage document" in proc.stderr
     assert "Traceback" not in proc.stderr
-    proc = cli("analyze", str(GPU_TRACE), "--html", str(tmp_path))  # a directory
-    assert proc.returncode != 0 and "cannot write" in proc.stderr
+    proc = cli("analyze", str(GPU_TRACE), "--html", str(tmp_path))  # a directory: refused
+    assert proc.returncode == 2 and "is a directory, not a file" in proc.stderr  # up front
     assert "Traceback" not in proc.stderr
 
 
