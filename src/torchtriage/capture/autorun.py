@@ -137,8 +137,11 @@ class AutoRun:
         # losses and batches so far belong to this optimizer step; grouped into training
         # steps at the end, once the cycle is known
         self.signals.close_segment(id(optimizer))
-        for _ in range(self.detector.optimizer_stepped(optimizer)):
-            self.boundary()
+        closed = self.detector.optimizer_stepped(optimizer)
+        for i in range(closed):
+            # two at once when the optimizer cycle becomes known: the first closes the previous
+            # iteration late, at the same instant, so no profiling may start there
+            self.boundary(may_start=i == closed - 1)
 
     def manual_step(self) -> None:
         """``torchtriage.step()``: the script marks its own steps; optimizer hooks are ignored."""
@@ -148,8 +151,9 @@ class AutoRun:
         self.signals.close_segment(MANUAL)
         self.boundary()
 
-    def boundary(self) -> None:
-        """One training step ended."""
+    def boundary(self, may_start: bool = True) -> None:
+        """One training step ended (``may_start``: another does not end at the same instant,
+        so the profiling session may start here)."""
         stop = False
         with self._lock:
             if self.finished:
@@ -163,7 +167,7 @@ class AutoRun:
             if self.timing and steps == self.max_steps:
                 self._measure_longer(steps)
             if not self.timing:
-                stop = self.profiling.step_ended(steps)
+                stop = self.profiling.step_ended(steps, may_start)
         if stop or (self.max_steps and steps >= self.max_steps):
             self.finish()
             raise SystemExit(0)

@@ -111,14 +111,16 @@ class ProfilingWindow:
         return (len(ready) == STEADY_READINGS and ready[-1] > 1
                 and any(b < a for a, b in itertools.pairwise(ready)))
 
-    def step_ended(self, steps: int) -> bool:
+    def step_ended(self, steps: int, may_start: bool = True) -> bool:
         """``steps`` training steps ran. Returns True when the script should stop now (the
-        final window is checked and ``stop_after_window``)."""
+        final window is checked and ``stop_after_window``). ``may_start=False``: another step
+        ends at this same instant (see StepDetector), so the session starts there instead (a
+        probe started here would see an empty step)."""
         if self.done:
             return False
         if self.session is None:
             start, reason = self.start_step(steps)
-            if steps >= start:
+            if steps >= start and may_start:
                 self._start_session(steps, reason)
             return False
         if self.session.trace_path is None:
