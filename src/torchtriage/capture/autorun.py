@@ -37,9 +37,6 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
-
-import msgspec
 
 from torchtriage.capture import gather
 from torchtriage.capture.dataset import DatasetTimer
@@ -50,7 +47,7 @@ from torchtriage.capture.record import record_fields
 from torchtriage.capture.session import is_out_of_memory
 from torchtriage.capture.signals import SignalRecorder
 from torchtriage.capture.steps import MANUAL, StepClock, StepDetector
-from torchtriage.results.run import RunConfig, RunRecord, decode_config, decode_record
+from torchtriage.results.run import RunConfig, RunRecord, decode_config
 
 ENV = "TORCHTRIAGE_RUN"
 MAX_MEASURED_STEPS = 2000  # timing mode never measures more steps than this for timing_min_s
@@ -235,8 +232,10 @@ class AutoRun:
                 log.warning("torchtriage: saving the profile failed (%s: %s)",
                             type(exc2).__name__, exc2)
                 log.debug("torchtriage: saving the profile failed", exc_info=True)
-            if restore:
-                self._restore_superseded(session)
+            if restore:  # training ended in the warm-up of the window profiled again
+                session.trace_path = self.profiling.restore_superseded(
+                    session.trace_path, self.out / f"run.rank{self.rank}.json"
+                ) or session.trace_path
             world_size = extra["world_size"]
             if world_size > 1 and gather.share_over_store(
                     self.out, self.rank, world_size, session.trace_path, device_memory,
@@ -259,17 +258,6 @@ class AutoRun:
         # A process that never trained and never ran out of memory (a launcher such as
         # torchrun's agent, a helper process) writes nothing: it must not overwrite the record
         # of the rank it shares a number with.
-
-    def _restore_superseded(self, session: Any) -> None:
-        """Training ended before the window profiled again reached its first profiled step:
-        the earlier window's trace is restored and the run record names it."""
-        restored = self.profiling.restore_superseded(session.trace_path)
-        if restored is None:
-            return
-        session.trace_path = restored
-        path = self.out / f"run.rank{self.rank}.json"
-        record = decode_record(path.read_bytes())
-        msgspec.structs.replace(record, trace=restored.name).write(path)
 
 
 def _distributed() -> bool:

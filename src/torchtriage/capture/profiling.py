@@ -40,7 +40,7 @@ import msgspec
 from torchtriage.capture.steps import StepClock
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.result import WindowCheck
-from torchtriage.results.run import WINDOW_MARKER, Schedule
+from torchtriage.results.run import WINDOW_MARKER, Schedule, decode_record
 
 CHECK_STEPS = int(th.WINDOW_CHECK_STEPS.value)
 DRAIN_LIMIT = 4  # the window waits for a draining queue at most this many queues' steps
@@ -152,23 +152,27 @@ class ProfilingWindow:
         """Whether training ended (after ``steps`` steps) before the window profiled again
         reached its first profiled step: its trace would hold warm-up steps only, and the
         earlier window, set aside as not steady state, is the one there is."""
-        if self.done or self.session is None or not self.checks or self._retries == RETRIES:
+        if self.done or self.session is None or self._retries == RETRIES:
             return False
         first, _ = self._window()
         return steps < first
 
-    def restore_superseded(self, trace: Path | None) -> Path | None:
+    def restore_superseded(self, trace: Path | None, record: Path) -> Path | None:
         """After :meth:`cut_short_after_a_superseded_window` and the session's close: the
-        earlier window's trace moves back from ``superseded/`` and the new warm-up trace
-        (``trace``) goes there instead. Returns the restored trace (None when there is none:
-        nothing moves). The earlier window's check, not steady state, stays the last one."""
+        earlier window's trace moves back from ``superseded/``, the new warm-up trace
+        (``trace``) goes there instead, and the run record at ``record`` names the restored
+        trace. Returns it (None when there is none: nothing moves). The earlier window's
+        check, not steady state, stays the last one."""
         aside = self.out / "superseded"
         earlier = sorted(aside.glob(f"rank{self.rank}_*"), key=lambda p: p.stat().st_mtime)
         if not earlier:
             return None
         if trace is not None and trace.exists():
             trace.rename(aside / trace.name)
-        return earlier[-1].rename(self.out / earlier[-1].name)
+        restored = earlier[-1].rename(self.out / earlier[-1].name)
+        written = decode_record(record.read_bytes())
+        msgspec.structs.replace(written, trace=restored.name).write(record)
+        return restored
 
     def _window(self) -> tuple[int, int]:
         # the session's schedule: its cost guard may have moved or shortened the window

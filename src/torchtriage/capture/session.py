@@ -450,7 +450,7 @@ class ProfileSession:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 path.unlink()
-            self.save_error = f"the trace could not be written to {path}: {_reason(exc)}"
+            self.save_error = f"the trace could not be written to {path}: {exc.strerror or exc}"
             log.warning("torchtriage: %s; training goes on", self.save_error)
             return
         self.trace_path = path
@@ -542,7 +542,7 @@ class ProfileSession:
             record.write(self.run_dir / self.record_name)
         except OSError as exc:  # a full disk: the trace (if written) is kept, training goes on
             log.warning("torchtriage: the run record could not be written to %s: %s",
-                        self.run_dir / self.record_name, _reason(exc))
+                        self.run_dir / self.record_name, exc.strerror or exc)
 
     @property
     def diagnosis(self):
@@ -552,10 +552,6 @@ class ProfileSession:
                 raise CaptureError("the diagnosis is ready after the `with` block ends")
             raise CaptureError(self.error or "analysis was turned off (analyze=False)")
         return self._diagnosis
-
-
-def _reason(exc: OSError) -> str:
-    return exc.strerror or str(exc) or type(exc).__name__
 
 
 def _count_events(probe: Any) -> int:

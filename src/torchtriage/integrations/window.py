@@ -44,15 +44,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from torchtriage.capture.profiling import ProfilingWindow
 from torchtriage.capture.signals import MAX_BATCH_SIZES, batches_in_flight
 from torchtriage.capture.steps import StepClock
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.errors import TorchtriageError
-from torchtriage.results.run import LossPoint, RunRecord, Schedule, decode_record
+from torchtriage.results.run import LossPoint, RunRecord, Schedule
 from torchtriage.units import parse_bytes
 
 SUBDIR = "torchtriage"  # the folder in the trainer's log directory
@@ -316,13 +314,11 @@ class TrainerWindow:
         the earlier window's trace is restored (ProfilingWindow.restore_superseded) and the
         pending run record names it."""
         assert self.out is not None and self.window is not None
-        restored = self.window.restore_superseded(self.trace)
+        restored = self.window.restore_superseded(
+            self.trace, self.out / PENDING_RECORD.format(rank=self.rank))
         if restored is None:
             return False
         self.trace = restored
-        pending = self.out / PENDING_RECORD.format(rank=self.rank)
-        record = decode_record(pending.read_bytes())
-        msgspec.structs.replace(record, trace=restored.name).write(pending)
         return True
 
     def _publish_record(self) -> None:

@@ -266,15 +266,14 @@ def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], ou
     used = max((r.warmup_steps or warmup for r in records), default=warmup)
     measured = [r.host_step_ms[used - 1:] for r in records]  # interval i is step i + 2
     n = min((len(t) for t in measured), default=0)
+    detected = max((r.steps_detected for r in records), default=0)
     if n < MIN_MEASURED_STEPS:
-        detected = max((r.steps_detected for r in records), default=0)
         why = (no_record_reason(trial_dir) if not records else
                "no training step detected (no optimizer.step() and no torchtriage.step())"
                if not detected else f"the script ran {detected} step(s); a trial needs "
                f"{used} warm-up + at least {MIN_MEASURED_STEPS} measured")
         return Trial(status="too_few_steps", error=note or why, **base)
     if n < settings.steps and note is None:
-        detected = max((r.steps_detected for r in records), default=0)
         note = f"ended after {detected} steps: {n} of {settings.steps} measured"
     step_ms = [round(max(t[i] for t in measured), 3) for i in range(n)]
     mean_ms = statistics.fmean(step_ms)
