@@ -27,11 +27,12 @@ NO_OP = ("compute_bound", {"cudnn.benchmark": True})
 REAL_FIX = ("data_starved", {"dataloader.num_workers": 2})
 
 
-def experiment(example: str, knobs: dict, out: Path, trials: int, steps: int):
+def experiment(example: str, knobs: dict, out: Path, trials: int, steps: int,
+               min_measure_s: float):
     command = [sys.executable, str(REPO / "examples" / f"{example}.py"), "--steps", "1000"]
     start = time.perf_counter()
-    result = run_ab(command, out, TrialSettings(trials=trials, warmup=3, steps=steps),
-                    knobs=knobs)
+    result = run_ab(command, out, TrialSettings(trials=trials, warmup=3, steps=steps,
+                                                min_measure_s=min_measure_s), knobs=knobs)
     return result, time.perf_counter() - start
 
 
@@ -45,13 +46,14 @@ def main() -> None:
     if args.quick:
         args.repeats, args.trials, args.steps = 1, 2, 3
     cases = [NO_OP] * args.repeats + [REAL_FIX]
+    min_measure_s = 0.0 if args.quick else TrialSettings().min_measure_s
     print("| # | example | knob | trials/arm | speedup | 95% CI | verdict | parity | s |")
     print("|---|---|---|---|---|---|---|---|---|")
     no_change = 0
     with tempfile.TemporaryDirectory() as tmp:
         for i, (example, knobs) in enumerate(cases, 1):
             result, took = experiment(example, knobs, Path(tmp) / str(i), args.trials,
-                                      args.steps)
+                                      args.steps, min_measure_s)
             knob = ", ".join(f"{k}={v}" for k, v in knobs.items())
             ci = (f"{result.ci_low:.3f}-{result.ci_high:.3f}"
                   if result.ci_low is not None else "-")

@@ -32,6 +32,16 @@ def x(name: str, ts: float, dur: float, cat: str = "cpu_op", pid=1, tid=1, **arg
     return ev
 
 
+def profiler_steps(n: int, body) -> list[dict]:
+    """``n`` 10 ms ``ProfilerStep#`` ranges, each with the events ``body(step_start_us)``."""
+    events = []
+    for i in range(n):
+        base = i * 10_000.0
+        events.append(x(f"ProfilerStep#{i + 1}", base, 10_000, cat="user_annotation"))
+        events += body(base)
+    return events
+
+
 @pytest.fixture
 def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():

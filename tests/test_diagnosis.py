@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import profiler_steps as _steps
 from conftest import write_trace, x
 
 from torchtriage.diagnosis import thresholds as th
@@ -50,15 +51,6 @@ def test_remedies_in_the_seeds_cost_order(layer, order):
 def test_every_threshold_names_its_source():
     for t in th.ALL:
         assert t.source and t.meaning and t.unit
-
-
-def _steps(n: int, body) -> list[dict]:
-    events = []
-    for i in range(n):
-        base = i * 10_000.0
-        events.append(x(f"ProfilerStep#{i + 1}", base, 10_000, cat="user_annotation"))
-        events += body(base)
-    return events
 
 
 def test_small_ops_make_a_cpu_trace_host_bound(tmp_path):

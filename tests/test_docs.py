@@ -51,12 +51,22 @@ def _quickstart() -> list[str]:
     return [line for line in block.strip().splitlines() if line.strip()]
 
 
-def test_exactly_two_setup_commands_and_ci_runs_the_test_one():
-    install, test = _quickstart()
+def test_quickstart_clones_installs_tests_and_ci_runs_the_test_command():
+    clone, install, test = _quickstart()
+    assert clone.startswith("git clone ") and clone.endswith("&& . .venv/bin/activate")
     assert install.startswith("pip install torch==2.13.0 && ") and "torchtriage demo" in install
     ci = (REPO / ".ci" / "run").read_text()
     assert test in ci.splitlines()
     assert ci.index("pip install --quiet torch==2.13.0") < ci.index(test)
+
+
+def test_quickstart_warns_of_the_cuda_wheel_before_the_commands_and_says_what_next():
+    quickstart = README.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    commands = quickstart.index("```bash")
+    assert quickstart.index("--index-url https://download.pytorch.org/whl/cpu") < commands
+    after = quickstart[commands:]
+    assert after.index("torchtriage demo") < after.index("torchtriage run -- python train.py") \
+        < after.index("torchtriage fix -- python train.py")
 
 
 def test_readme_is_at_most_300_lines():

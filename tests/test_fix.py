@@ -148,6 +148,8 @@ def test_memory_ladder_takes_the_cheapest_rung_that_fits(tmp_path):
     # memory_pressure.py builds its batches without a DataLoader: nothing to split
     assert ladder[0]["result"] == "not_applicable"
     assert "no DataLoader" in ladder[0]["why"]
+    # known from the original run's record: the rung was not profiled to find out
+    assert not list((tmp_path / "fix" / "profiles").glob("*grad_accumulation*"))
     rung = ladder[1]
     assert rung["result"] == "kept", rung
     before, after = result["rounds"][0]["peak_fraction"], rung["attempts"][0]["peak_fraction"]
@@ -175,6 +177,39 @@ def test_memory_ladder_splits_dataloader_batches_before_anything_dearer(tmp_path
     assert len(ladder) == 1  # checkpointing, bf16 and FSDP never tried
     assert result["kept"][0] == {"knob": "memory.grad_accumulation", "value": 2}
     assert any("batch_size" in line and "accumulate" in line for line in result["instructions"])
+
+
+def test_a_rung_that_moves_random_draws_into_workers_is_judged_by_their_spread():
+    """Gradient accumulation under DataLoader workers hands each micro-batch to another
+    worker: a seeded script's augmentation changes. When the rung's losses part from the
+    original's, the ladder profiles it once more under other worker seeds and judges it by the
+    spread of the two (the runs here stand in for profiles: the decision is the ladder's)."""
+    from types import SimpleNamespace
+
+    from torchtriage.fix import ladder
+
+    def diagnosis(primary: str, peak: float):
+        return SimpleNamespace(primary=primary, memory=[SimpleNamespace(peak_fraction=peak)],
+                               breakdown=SimpleNamespace(median_step_ms=10.0))
+
+    original = [2.0, 1.5, 1.2, 1.0, 0.9]
+    draws = {0: [2.03, 1.47, 1.22, 0.98, 0.91], 1: [1.97, 1.53, 1.17, 1.02, 0.88]}
+    calls = []
+
+    def profile(knobs, label, *, seed_offset=0):
+        calls.append((label, seed_offset))
+        return diagnosis("kernel", 0.6), list(draws[seed_offset]), False, {}
+
+    steps, kept, _ = ladder.climb(profile, {}, 0, diagnosis("memory", 0.95), original)
+    assert kept == {"memory.grad_accumulation": 2}, steps
+    assert calls == [("memory.grad_accumulation=2", 0), ("memory.grad_accumulation=2-seed1", 1)]
+    assert steps[0].attempts[0].parity == "pass"
+    # losses far from both draws: dropped, with the worker-seed reference named
+    draws = {0: [x + 0.5 for x in draws[0]], 1: [x + 0.5 for x in draws[1]]}
+    steps, kept, _ = ladder.climb(profile, {}, 0, diagnosis("memory", 0.95), original)
+    assert kept is None or "memory.grad_accumulation" not in kept
+    dropped = steps[0]
+    assert dropped.result == "dropped" and "worker seeds" in dropped.why, dropped
 
 
 def test_an_original_that_runs_out_of_memory_starts_the_ladder(tmp_path):

@@ -154,7 +154,8 @@ def test_sigkill_mid_fix_leaves_every_finished_trial_in_the_store(tmp_path, run_
 
 def test_a_killed_dataloader_worker_fails_the_run_and_keeps_what_was_recorded(tmp_path):
     """A DataLoader worker dies (SIGKILL, as the kernel's OOM killer does): the script fails
-    with PyTorch's own error, and torchtriage says so in one line, exits 1, keeps the trace,
+    with PyTorch's own error (or the reset connection it was reading from), and torchtriage
+    says so in one line, exits 1, keeps the trace,
     the record and the diagnosis, and leaves no process behind."""
     out = tmp_path / "run"
     proc = start(tmp_path, "run", "--out", out, "--", "python", LOADER)
@@ -176,7 +177,10 @@ def test_a_killed_dataloader_worker_fails_the_run_and_keeps_what_was_recorded(tm
         f"torchtriage: error: the command exited with code 1; recorded 1 trace(s), kept in "
         f"{out}")
     record = json.loads((out / "run.rank0.json").read_text())
-    assert "DataLoader worker" in record["exit_exception"], record["exit_exception"]
+    # PyTorch's "DataLoader worker (pid N) is killed by signal", or, when the kill lands while
+    # the script reads a batch from that worker's socket, the reset connection
+    assert any(said in record["exit_exception"] for said in (
+        "DataLoader worker", "Connection reset by peer")), record["exit_exception"]
     assert list(out.glob("rank0_*.pt.trace.json.gz"))
     assert json.loads((out / "diagnosis.json").read_text())["primary"]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
+from conftest import profiler_steps as _steps
 from conftest import write_trace, x
 
 from torchtriage.diagnosis import rules
@@ -49,15 +50,6 @@ def test_declared_thresholds_are_documented_thresholds():
         assert rule.thresholds, f"{type(rule).__name__} declares no threshold"
         for t in rule.thresholds:
             assert t in th.ALL, f"{type(rule).__name__}: {t.name} is not in thresholds.ALL"
-
-
-def _steps(n: int, body) -> list[dict]:
-    events = []
-    for i in range(n):
-        base = i * 10_000.0
-        events.append(x(f"ProfilerStep#{i + 1}", base, 10_000, cat="user_annotation"))
-        events += body(base)
-    return events
 
 
 _GPU = {"deviceProperties": [{"id": 0, "name": "H200", "computeMajor": 9,

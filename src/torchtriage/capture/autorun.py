@@ -112,6 +112,8 @@ class AutoRun:
         from torchtriage.capture import knob_apply
 
         knob_apply.apply_global(self.host)
+        if self.config.worker_seed_offset:
+            knob_apply.shift_worker_seeds(self.config.worker_seed_offset)
         atexit.register(self.finish)
         previous_hook = sys.excepthook
 

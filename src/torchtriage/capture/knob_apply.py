@@ -38,6 +38,22 @@ def apply_global(run: KnobHost) -> None:
             INSTALLERS[site](run, torch)
 
 
+def shift_worker_seeds(offset: int) -> None:
+    """Add ``offset`` to the base seed every DataLoader iterator draws for its workers (worker
+    ``i`` seeds ``torch``, ``random`` and ``numpy`` from base + i), so that the same script
+    draws other per-sample random numbers in its workers and nothing else changes: the
+    reference spread for a knob with ``reseeds_workers`` (:mod:`torchtriage.verify.parity`)."""
+    from torch.utils.data import dataloader
+
+    original = dataloader._BaseDataLoaderIter.__init__
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)  # draws _base_seed; workers start after it returns
+        self._base_seed += offset
+
+    dataloader._BaseDataLoaderIter.__init__ = __init__
+
+
 def _site_keywords(run, site: str) -> dict[str, str]:
     """knob id -> keyword argument, for the given knobs of a site that set one."""
     table = registry.by_id()

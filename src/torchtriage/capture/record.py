@@ -37,6 +37,7 @@ def record_fields(rank: int, mode: RunMode, clock: StepClock, detector: StepDete
         "warmup_steps": clock.warmup if mode == "time" else None,
         "loader_queue": signals.loader_queue,
         "loader_workers": signals.loader_workers,
+        "loader_batches": signals.loader_batches,
     }
 
 

@@ -80,6 +80,7 @@ class SignalRecorder:
         # batches already waiting in a worker DataLoader's queue after each fetch (recent)
         self.ready: list[int] = []
         self.loader_workers = 0  # the most worker processes a DataLoader used
+        self.loader_batches = 0  # batches fetched from any DataLoader
 
     def close_segment(self, key: object) -> None:
         """An optimizer step (``key``: its id) or torchtriage.step() (MANUAL) ended."""
@@ -121,6 +122,7 @@ class SignalRecorder:
                 rec.loader_queue = in_flight
                 rec.loader_workers = max(rec.loader_workers, it._num_workers)
             batch = original_next(it)
+            rec.loader_batches += 1
             if in_flight:
                 ready = _ready_batches(it)
                 if ready is not None:

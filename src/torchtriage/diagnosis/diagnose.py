@@ -1,8 +1,8 @@
 """``diagnose(trace)``: the whole classify-then-prescribe pass over one trace.
 
 Reading order: analyse (steps, breakdown, ops, memory, shapes) -> layer times -> every rule of
-``rules.RULES`` -> primary layer (memory's rule may claim it) -> confidence -> prescriptions in
-order -> the document.
+``rules.RULES`` -> primary layer and why (``primary.py``; memory's rule may claim it) ->
+confidence -> prescriptions in order -> the document.
 """
 
 from __future__ import annotations
@@ -30,6 +30,12 @@ from torchtriage.diagnosis import rules
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import COST_LABELS, Remedy
 from torchtriage.diagnosis.dataset import dataset_verdict
+from torchtriage.diagnosis.primary import (
+    SIGNIFICANT,
+    memory_primary,
+    out_of_memory_rule,
+    time_primary,
+)
 from torchtriage.diagnosis.vocabulary import (
     CONFIDENCE_LEVELS,
     CPU_CATEGORY_LAYER,
@@ -39,13 +45,6 @@ from torchtriage.diagnosis.vocabulary import (
 )
 from torchtriage.trace.model import EventKind, Trace
 from torchtriage.version import __version__
-
-_SIGNIFICANT = {
-    "data_loading": th.DATA_LOADING_SIGNIFICANT,
-    "host": th.HOST_SIGNIFICANT,
-    "kernel": th.KERNEL_SIGNIFICANT,
-    "communication": th.COMMUNICATION_SIGNIFICANT,
-}
 
 
 def diagnose(
@@ -82,8 +81,9 @@ def diagnose(
         verdicts[rule.layer].merge(rule.judge(facts))
     memory_verdict = verdicts["memory"]
     ranked = sorted(TIME_LAYERS, key=lambda layer: -facts.share(layer))
-    primary, runner_up = (("memory", None) if memory_verdict.decides_primary
-                          else _time_primary(facts))
+    primary, runner_up, primary_rule = (memory_primary(facts, memory_verdict)
+                                        if memory_verdict.decides_primary
+                                        else time_primary(facts))
     verdicts["data_loading"] = _with_dataset(verdicts["data_loading"], trace, facts)
     missing = _missing(trace, steps)
     confidence, margin_evidence = _confidence(facts, primary, runner_up, memory_verdict)
@@ -121,6 +121,7 @@ def diagnose(
         summary=_summary(primary, facts, doc_breakdown, prescriptions, withheld),
         primary=primary,
         confidence=confidence,
+        primary_rule=primary_rule,
         trace=r.TraceInfo(
             path=trace.meta.path, mode="gpu" if gpu else "cpu", events=len(trace.events),
             devices=[d.name for d in trace.meta.devices], rank=_rank(trace),
@@ -241,6 +242,7 @@ def diagnose_out_of_memory(report: r.OutOfMemory, *, device_memory: int | None =
         summary=f"memory is the bottleneck: the run ran out of memory on step {report.step}, "
                 f"before a step could be profiled.{first}",
         primary="memory", confidence="high",
+        primary_rule=out_of_memory_rule(report.step),
         trace=r.TraceInfo(path="", mode=mode, events=0,
                           devices=[report.device] if report.device else []),
         layers=layers,
@@ -425,21 +427,6 @@ def _memory_with_capacity(trace: Trace, device_memory: int | None):
     return out
 
 
-def _time_primary(facts: rules.Facts) -> tuple[str, str]:
-    """The primary time layer and the candidate it is compared with for confidence.
-
-    ``kernel`` when compute reaches COMPUTE_BOUND; otherwise the largest non-compute layer whose
-    share reaches its significance threshold (it is what keeps the compute idle); ``kernel``
-    when none does.
-    """
-    waste = sorted((x for x in TIME_LAYERS if x != "kernel"), key=lambda x: -facts.share(x))
-    if facts.share("kernel") < th.COMPUTE_BOUND.value:
-        significant = [x for x in waste if facts.share(x) >= _SIGNIFICANT[x].value]
-        if significant:
-            return significant[0], waste[1] if waste[0] == significant[0] else waste[0]
-    return "kernel", waste[0]
-
-
 def _confidence(facts, primary: str, runner_up: str | None, memory_verdict):
     if primary == "memory":
         level = 2 if facts.oom or any(
@@ -497,7 +484,7 @@ def _prescriptions(primary, ranked, facts, verdicts
     rules' gates held back, in the same order."""
     order = [primary] + [
         layer for layer in ranked
-        if layer != primary and facts.share(layer) >= _SIGNIFICANT[layer].value
+        if layer != primary and facts.share(layer) >= SIGNIFICANT[layer].value
     ]
     if primary != "memory" and verdicts["memory"].remedies:
         order.append("memory")

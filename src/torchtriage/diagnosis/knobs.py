@@ -14,7 +14,9 @@ an unmodified training script. Each :class:`Knob` below says
 * how a kept value becomes permanent (``recipe``: a keyword on named calls, statements after
   the imports, or instructions by hand; :mod:`torchtriage.fix.patch`);
 * what it does to numerics (``numerics`` for every value not in ``exact_for``), which sets the
-  parity tolerance (:mod:`torchtriage.verify.parity`);
+  parity tolerance (:mod:`torchtriage.verify.parity`), and whether it moves the Dataset's random
+  draws into differently seeded worker streams (``reseeds_workers``: parity then compares with
+  the spread of candidate trials run under different worker seeds);
 * the extra warm-up steps A/B trials need with it (``warmup``; :mod:`torchtriage.verify.ab`);
 * the prescriptions it serves (``serves``: the values the fix loop tries, in order, or a
   computed rule; what the search needs; knobs that go with every value; a fallback knob;
@@ -127,6 +129,9 @@ class Knob:
     numerics: Numerics = "exact"
     exact_for: tuple[Any, ...] = ()  # values with exact numerics whatever ``numerics`` says
     warmup: int = 0  # extra warm-up steps A/B trials need with it on (not in exact_for/inert)
+    # a value not in ``inert`` changes which worker process (seeded base_seed + worker id)
+    # draws each sample's random numbers: a seeded script's augmentation changes, not its math
+    reseeds_workers: bool = False
     serves: tuple[Serves, ...] = field(default=())
     rungs: tuple[Rung, ...] = field(default=())
 
@@ -148,7 +153,7 @@ _DDP_CALL = ("DistributedDataParallel", "DDP")
 KNOBS: tuple[Knob, ...] = (
     Knob("dataloader.num_workers", "int", "DataLoader(num_workers=N) for every DataLoader",
          "dataloader", _DATALOADER, call("DataLoader"), keyword="num_workers", minimum=0,
-         serves=(Serves("dataloader.num_workers", rule="workers"),)),
+         reseeds_workers=True, serves=(Serves("dataloader.num_workers", rule="workers"),)),
     Knob("dataloader.pin_memory", "bool", "DataLoader(pin_memory=...)",
          "dataloader", _DATALOADER, call("DataLoader"), keyword="pin_memory",
          serves=(Serves("dataloader.pin_memory", (True,), needs="gpu",
@@ -159,6 +164,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("dataloader.persistent_workers", "bool",
          "DataLoader(persistent_workers=...) (needs workers)",
          "dataloader", _DATALOADER, call("DataLoader"), keyword="persistent_workers",
+         reseeds_workers=True,  # from the second epoch on: workers keep their streams
          serves=(Serves("dataloader.persistent_workers", (True,), needs="workers"),)),
     Knob("h2d.non_blocking", "bool",
          "Tensor.to(cuda) of a pinned CPU tensor becomes non_blocking=True",
@@ -212,6 +218,7 @@ KNOBS: tuple[Knob, ...] = (
                  "(under DDP, backward in `with model.no_sync():` for the others)"),
          minimum=1, also=("dataloader", "ddp"), inert=(1,),
          inert_note="1 micro-batch per step: batches unchanged",
+         reseeds_workers=True,  # with workers, each micro-batch goes to another worker
          rungs=(Rung("memory.grad_accumulation", (2, 4)),)),
     Knob("memory.activation_checkpointing", "bool",
          "checkpoint each block of the root module's largest run of repeated blocks",
@@ -254,6 +261,14 @@ NOT_INJECTED: dict[str, str] = {
 # prescriptions that need a code change: reported with their catalog code (memory ones as
 # rungs of the memory ladder)
 CODE_CHANGES: tuple[str, ...] = ("kernel.custom", "memory.fsdp")
+
+
+def reseeds_workers(knobs: Mapping[str, Any]) -> bool:
+    """Whether any of these knobs (at these values) moves the Dataset's random draws into
+    differently seeded DataLoader worker streams (:attr:`Knob.reseeds_workers`)."""
+    table = by_id()
+    return any(k in table and table[k].reseeds_workers and not value_in(v, table[k].inert)
+               for k, v in knobs.items())
 
 
 def with_knob(extra: Knob) -> tuple[Knob, ...]:

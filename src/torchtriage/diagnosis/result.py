@@ -14,6 +14,7 @@ from torchtriage.diagnosis.vocabulary import (
     DataQualityAction,
     DataQualityKind,
     Layer,
+    PrimaryRuleBranch,
     Severity,
     TraceMode,
 )
@@ -32,6 +33,17 @@ class Evidence(msgspec.Struct, kw_only=True):
     comparison: str | None = None  # ">=", "<", ...: how value was compared with threshold
     fired: bool | None = None  # whether the comparison held
     source: str | None = None  # where the threshold's default comes from
+
+
+class PrimaryRule(msgspec.Struct, kw_only=True):
+    """Why ``primary`` is the primary layer, although another may hold a larger share: the
+    branch of the selection rule that decided it (``rule``), the rule as applied to this trace
+    in one line (``reason``, naming each threshold with its value) and the comparisons it made
+    (``evidence``, each with its threshold and source)."""
+
+    rule: PrimaryRuleBranch
+    reason: str
+    evidence: list[Evidence] = []
 
 
 class LayerResult(msgspec.Struct, kw_only=True):
@@ -327,6 +339,8 @@ class Diagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     summary: str
     primary: Layer
     confidence: Confidence
+    # why `primary` won (None in documents written before the field existed)
+    primary_rule: PrimaryRule | None = None
     trace: TraceInfo
     layers: dict[str, LayerResult]
     breakdown: Breakdown

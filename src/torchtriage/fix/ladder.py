@@ -6,16 +6,19 @@ registry's ``rungs`` give them): gradient accumulation (2, then 4 micro-batches 
 activation checkpointing, bf16, FSDP/ZeRO (a code change). Each injectable rung is
 profiled on top of the fixes kept so far; it *fits* when the run does not run out of memory and
 the diagnosis no longer names `memory` (its peak is under ``memory_near_capacity``), and its
-losses pass parity with the original run. The first rung that fits is kept and the ladder stops
-there: an expensive rung is never tried while a cheaper one fits. A rung whose knob could not
-apply to this script (gradient accumulation needs a DataLoader whose batches it can split) is
-reported with the reason and the ladder goes on.
+losses pass parity with the original run (for a rung that moves the Dataset's random draws
+into other DataLoader workers, a seeded script's augmentation changes: when its losses part
+from the original's, the rung is profiled once more under other worker seeds and judged
+against the spread of the two, see :mod:`torchtriage.verify.parity`). The first rung that fits
+is kept and the ladder stops there: an expensive rung is never tried while a cheaper one fits.
+A rung whose knob could not apply to this script (gradient accumulation needs a DataLoader
+whose batches it can split) is reported with the reason and the ladder goes on; when the
+profiled run fetched no DataLoader batch at all, such a rung is not even profiled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from torchtriage.diagnosis import knobs as registry
 from torchtriage.diagnosis.catalog import CATALOG, remedies_for
@@ -38,8 +41,10 @@ def rungs() -> tuple[tuple[str, tuple[dict[str, Any], ...] | None], ...]:
     return tuple(out)
 
 
-Profile = Callable[[dict[str, Any], str],
-                   tuple[Any, list[float], bool, dict[str, dict[str, Any]]]]
+class Profile(Protocol):
+    def __call__(self, knobs: dict[str, Any], label: str, *, seed_offset: int = 0
+                 ) -> tuple[Any, list[float], bool, dict[str, Any]]: ...
+
 _CODE = {r.id: r.code for r in CATALOG}
 
 
@@ -49,15 +54,19 @@ def peak_fraction(diagnosis) -> float | None:
 
 
 def climb(profile: Profile, kept: dict[str, Any], round_no: int, before,
-          before_losses: list[float]) -> tuple[list[FixStep], dict[str, Any] | None, Any]:
+          before_losses: list[float], *, loader_seen: bool = True
+          ) -> tuple[list[FixStep], dict[str, Any] | None, Any]:
     """Try the rungs in order; return the steps, the kept rung's knobs (or None) and the
     diagnosis of the configuration with it.
 
     Args:
-        profile: runs the command with knobs, returns (diagnosis or None when nothing was
-            recorded, rank 0's losses, whether it ran out of memory, the knob outcomes); the
-            label names the run directory.
+        profile: runs the command with knobs (its DataLoader workers' seeds shifted by
+            ``seed_offset``), returns (diagnosis or None when nothing was recorded, rank 0's
+            losses, whether it ran out of memory, the knob outcomes); the label names the run
+            directory.
         before: the diagnosis of the current configuration (memory-bound).
+        loader_seen: whether the profiled run fetched a DataLoader batch (a rung whose knob
+            patches DataLoaders is not applicable without one).
     """
     steps = []
     peak_before = peak_fraction(before)
@@ -70,6 +79,13 @@ def climb(profile: Profile, kept: dict[str, Any], round_no: int, before,
         knob = next(iter(settings[0]))
         step = FixStep(round=round_no, layer="memory", prescription=rung, knob=knob,
                        result="does_not_fit", why="", attempts=[])
+        spec = registry.knob(knob)
+        if not loader_seen and spec and "dataloader" in (spec.site, *spec.also):
+            step.result = "not_applicable"
+            step.why = (f"{knob} cannot apply: {spec.not_reached}; the profiled run "
+                        f"fetched no DataLoader batch")
+            steps.append(step)
+            continue
         for knobs in settings:
             if all(kept.get(k) == v for k, v in knobs.items()):
                 break
@@ -88,6 +104,12 @@ def climb(profile: Profile, kept: dict[str, Any], round_no: int, before,
             peak = peak_fraction(diagnosis)
             fits = not oom and diagnosis.primary != "memory"
             parity = check_parity([before_losses], [losses], knobs)
+            if fits and parity.status == "fail" and registry.reseeds_workers(knobs):
+                # the rung moves random draws into other workers: measure what that alone
+                # does to the losses (the same rung under other worker seeds)
+                _, again, _, _ = profile({**kept, **knobs}, f"{rung}={value}-seed1",
+                                         seed_offset=1)
+                parity = check_parity([before_losses], [losses, again], knobs, reseeded=True)
             moved = (f"peak {_pct(peak_before)} -> {_pct(peak)} of capacity"
                      + (", out of memory" if oom else ""))
             step.attempts.append(Attempt(value=value, verdict="fits" if fits else "does_not_fit",

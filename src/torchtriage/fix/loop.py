@@ -60,9 +60,9 @@ from torchtriage.verify.ab import run_ab
 from torchtriage.verify.settings import TrialSettings
 
 logger = logging.getLogger(__name__)
-COMPILE_ESTIMATE_S = 45.0
+COMPILE_ESTIMATE_S = 45.0  # cold torch.compile, before one has been measured
 # a `no_change` A/B whose speedup is at least 1 + this x min_effect gets a second look
-PROMISING = 5  # cold torch.compile, before one has been measured
+PROMISING = 5
 Progress = Callable[[str, int, int, Trial | None], None]
 
 
@@ -127,7 +127,10 @@ def run_fix(
     claim_run_dir(out)
     budget = _Budget(settings.budget_s)
     store_id = store.start_run("fix", command, out_dir=out) if store else None
-    loop = _Loop(command, out, budget, settings, progress, _trial_sink(store, store_id))
+    # each A/B trial goes to the run store under the fix run as it finishes
+    sink = (lambda ab_dir, trial: store.record_trial(store_id, trial, ab=ab_dir.name)
+            ) if store else None
+    loop = _Loop(command, out, budget, settings, progress, sink)
     stopped_by: interrupt.Interrupted | None = None
     with interrupt.forwarding(defer=True):
         try:
@@ -161,19 +164,6 @@ def run_fix(
     return result
 
 
-def _trial_sink(store, store_id: int | None) -> Callable[[Path, Trial], None] | None:
-    """Commit each A/B trial to the run store under the fix run as it finishes (``ab``: the
-    A/B's directory)."""
-    if not store:
-        return None
-
-    def add(ab_dir: Path, trial: Trial) -> None:
-        store.add_trial(store_id, trial.arm, trial.idx, trial.status, time.time() - trial.wall_s,
-                        {**msgspec.to_builtins(trial), "ab": ab_dir.name})
-
-    return add
-
-
 class _Loop:
     def __init__(self, command: list[str], out: Path, budget: _Budget, settings: FixSettings,
                  progress: Progress | None,
@@ -186,6 +176,7 @@ class _Loop:
         self.rounds: list[Profiled] = []
         self.original_oom: OutOfMemory | None = None  # the original ran out of memory
         self.loader_workers = 0  # DataLoader workers the last profile round's script used
+        self.loader_batches: int | None = None  # batches it fetched (None: no record)
         self.original: list[Trial] = []  # baseline trials of the original configuration
         self.incumbent: list[Trial] = []  # trials of the current kept configuration
         self.trials_run = 0
@@ -201,17 +192,18 @@ class _Loop:
 
     # --- profiling ----------------------------------------------------------------------
 
-    def profile(self, knobs: dict[str, Any], label: str
+    def profile(self, knobs: dict[str, Any], label: str, *, seed_offset: int = 0
                 ) -> tuple[Any, list[float], bool, dict[str, KnobOutcome]]:
-        """Profile the command with ``knobs``: (diagnosis or None when nothing was recorded,
-        rank 0's losses, whether it ran out of memory, the knob outcomes)."""
+        """Profile the command with ``knobs`` (worker seeds shifted by ``seed_offset``): (the
+        diagnosis or None, rank 0's losses, whether it ran out of memory, the knob outcomes)."""
         run_dir = self.out / "profiles" / f"{len(self.rounds)}-{label}"
         run_dir.mkdir(parents=True, exist_ok=True)
         self._say(f"profiling ({label})")
         start = time.monotonic()
         device_memory = self.settings.device_memory
         config = RunConfig(out=str(run_dir), knobs=knobs, stop_after_window=True,
-                           device_memory=device_memory, skip=self.skip)
+                           device_memory=device_memory, skip=self.skip,
+                           worker_seed_offset=seed_offset)
         result = run_command(self.command, config, timeout=self.settings.trial.timeout,
                              log=run_dir / "output.log")
         if result.interrupted is not None:
@@ -224,6 +216,7 @@ class _Loop:
         outcomes = result.knobs
         self.profile_outcomes[str(run_dir)] = outcomes
         self.loader_workers = max((r.loader_workers for r in result.records), default=0)
+        self.loader_batches = max((r.loader_batches for r in result.records), default=None)
         write_diagnosis(result, device_memory)  # None without a trace, unless it ran out
         return _representative(result.diagnosis), losses, oom, outcomes
 
@@ -250,7 +243,8 @@ class _Loop:
         while not stopped:
             if diagnosis.primary == "memory" and "memory" in (self.settings.layers or LAYERS):
                 steps, rung, after = ladder.climb(self.profile, self.kept, len(self.rounds) - 1,
-                                                  diagnosis, original_losses)
+                                                  diagnosis, original_losses,
+                                                  loader_seen=self.loader_batches != 0)
                 self.fix_steps.extend(steps)
                 if rung is None:
                     stopped = "no memory rung that can be injected fits"

@@ -132,9 +132,10 @@ def diagnosis_page(doc: Diagnosis | JobDiagnosis, details: list[TraceDetail] | N
     if isinstance(doc, JobDiagnosis):
         _job_sections(page, doc, diagnoses)
     traces: list[TraceDetail | None] = list(details) if details else [None] * len(diagnoses)
-    for d, trace in zip(diagnoses, traces, strict=True):
+    ranks = _ranks(doc)
+    for d, trace, rank in zip(diagnoses, traces, ranks, strict=True):
         if len(diagnoses) > 1:
-            page.add(f"<h2 id=\"rank-{esc(d.trace.rank)}\">Rank {esc(d.trace.rank)}</h2>")
+            page.add(f"<h2 id=\"rank-{esc(rank)}\">Rank {esc(rank)}</h2>")
         _diagnosis_sections(page, d, trace)
     return page.render()
 
@@ -175,9 +176,11 @@ def _layers_table(d: Diagnosis) -> str:
                     f"<td><span class=\"bar\" style=\"width:{width}px;background:"
                     f"{_LAYER_COLOURS.get(layer, '#999')}\"></span></td>"
                     f"<td class=\"num\">{result.time_ms:.1f}</td><td>{esc(evidence)}</td></tr>")
+    why = (f'<p id="primary-rule">Why <b>{esc(d.primary)}</b>: {esc(d.primary_rule.reason)}'
+           "</p>" if d.primary_rule is not None else "")
     return ("<h3>Layers</h3><table id=\"layers\"><tr><th>layer</th><th class=\"num\">share"
             "</th><th></th><th class=\"num\">ms</th><th>evidence</th></tr>" + "".join(rows)
-            + "</table>")
+            + "</table>" + why)
 
 
 def _findings(d: Diagnosis) -> str:
@@ -285,12 +288,20 @@ def _memory_figure(page: Page, d: Diagnosis, curves: list[MemoryCurve]) -> str |
                               "xaxis": {"title": "ms"}, "legend": {"orientation": "h"}})
 
 
+def _ranks(doc: Diagnosis | JobDiagnosis) -> list[int | None]:
+    """The rank of each of ``doc.rank_diagnoses``: a job's rows number the traces that do not
+    say their rank (never "None")."""
+    if isinstance(doc, JobDiagnosis) and len(doc.ranks) == len(doc.diagnoses):
+        return [r.rank for r in doc.ranks]
+    return [d.trace.rank for d in doc.rank_diagnoses]
+
+
 def _job_sections(page: Page, job: JobDiagnosis, diagnoses: list[Diagnosis]) -> None:
     page.add(f'<section id="job"><div class="verdict">Job bottleneck: {esc(job.primary)}'
              f'</div><p>{esc(job.summary)}</p></section>')
     categories = diagnoses[0].breakdown.categories
     z = [[round(d.breakdown.share.get(c, 0.0), 4) for c in categories] for d in diagnoses]
-    ranks = [f"rank {d.trace.rank}" for d in diagnoses]
+    ranks = [f"rank {rank}" for rank in _ranks(job)]
     figure = page.figure([{"type": "heatmap", "z": z, "x": [esc(c) for c in categories],
                            "y": ranks, "colorscale": "Blues", "zmin": 0, "zmax": 1,
                            "hovertemplate": "%{y} %{x}: %{z:.1%}<extra></extra>"}],

@@ -54,6 +54,8 @@ def diagnosis_markdown(doc: Diagnosis | JobDiagnosis) -> str:
                   prose(d.summary), "", "| layer | share | ms |", "|---|---|---|"]
         lines += [f"| {layer} | {r.share:.1%} | {r.time_ms:.1f} |"
                   for layer, r in d.layers.items()]
+        if d.primary_rule is not None:
+            lines += ["", f"Why **{d.primary}**: {prose(d.primary_rule.reason)}"]
         if d.data_quality:
             lines += ["", f"Data quality: {prose(describe(d.data_quality))}"]
         if d.prescriptions:

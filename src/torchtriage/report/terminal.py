@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -28,7 +30,7 @@ def renderable(d: Diagnosis) -> RenderableType:
         parts.append(_labelled("Data quality: ", describe(d.data_quality), "yellow"))
     if d.skipped:
         parts.append(_skipped(d.skipped))
-    parts += [_layers(d), _breakdown(d)]
+    parts += [_Layers(d), _breakdown(d)]
     if d.findings:
         parts.append(_findings(d))
     if d.prescriptions or d.withheld:
@@ -56,8 +58,7 @@ def _header(d: Diagnosis) -> Panel:
         where = f"no trace: out of memory on step {d.out_of_memory.step}"
     if t.step_source != "profiler_step":
         where += f" (step source: {t.step_source})"
-    if t.rank is not None:
-        where += f", rank {t.rank}/{t.world_size}"
+    where += _rank(t.rank, t.world_size)
     if t.devices:
         where += f", {t.devices[0]}"
     body = Text()
@@ -67,6 +68,15 @@ def _header(d: Diagnosis) -> Panel:
     body.append(plain(where, style="dim"))
     title = f"torchtriage · {t.path}" if t.path else "torchtriage"
     return Panel(body, title=plain(title), title_align="left", box=box.ROUNDED)
+
+
+def _rank(rank: int | None, world_size: int | None) -> str:
+    """The header's rank: "rank 3/8" in a multi-process job, "rank 3" when the trace names its
+    rank but not the world size, nothing for a single process (world size 1, or rank 0 from a
+    file name such as `run`'s rank0_*.pt.trace.json with no world size): never "None"."""
+    if rank is None or world_size == 1 or (world_size is None and rank == 0):
+        return ""
+    return f", rank {rank}" + (f"/{world_size}" if world_size is not None else "")
 
 
 def _steps(numbers: list[int]) -> str:
@@ -82,26 +92,84 @@ def _bar(share: float, width: int = 20) -> str:
     return "█" * filled + "·" * (width - filled)
 
 
-def _layers(d: Diagnosis) -> Table:
-    table = Table(title="Where the step time goes, by layer", box=box.SIMPLE_HEAD,
-                  title_justify="left")
-    table.add_column("layer")
-    table.add_column("share", justify="right")
-    table.add_column("")
-    table.add_column("ms", justify="right")
-    table.add_column("evidence")
-    for name, layer in d.layers.items():
-        evidence = "; ".join(
-            f"{e.metric}={e.value:g}"
-            + (f" ({e.comparison} {e.threshold:g})" if e.fired and e.threshold is not None
-               else "")
-            for e in layer.evidence[:3]
-        )
-        style = "bold" if name == d.primary else None
-        share = f"{layer.share:.1%}" if name != "memory" else "-"
-        add_row(table, name, share, _bar(layer.share), f"{layer.time_ms:,.1f}", evidence,
-                      style=style)
-    return table
+class _Layers:
+    """The layer shares, their evidence and the rule that picked the primary layer.
+
+    The evidence goes in its own column where its longest item fits beside the shares, else
+    (80 columns) under the table, a layer a line; either way wrapped between items, never
+    inside one, so that no item is cut short."""
+
+    def __init__(self, d: Diagnosis) -> None:
+        self.d = d
+        self.evidence = {name: [_evidence_item(e) for e in layer.evidence[:3]]
+                         for name, layer in d.layers.items()}
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        shares = self._table()
+        longest = max((len(item) for items in self.evidence.values() for item in items),
+                      default=0)
+        # the evidence column's room: the line less the shares' columns and its own padding
+        room = options.max_width - Measurement.get(console, options, shares).maximum - 3
+        if longest <= room:
+            yield self._table(room)
+        else:
+            yield shares
+            yield self._under(options.max_width)
+        rule = self.d.primary_rule
+        if rule is not None:
+            line = plain(f"Why {self.d.primary}: ", style="bold")
+            line.append(plain(rule.reason))
+            yield line
+        yield plain("")
+
+    def _table(self, room: int | None = None) -> Table:
+        """The shares, with the evidence column when ``room`` (its width) is given."""
+        d = self.d
+        table = Table(title="Where the step time goes, by layer", box=box.SIMPLE_HEAD,
+                      title_justify="left")
+        table.add_column("layer")
+        table.add_column("share", justify="right")
+        table.add_column("")
+        table.add_column("ms", justify="right")
+        if room is not None:
+            table.add_column("evidence", overflow="fold")
+        for name, layer in d.layers.items():
+            share = f"{layer.share:.1%}" if name != "memory" else "-"
+            cells = [name, share, _bar(layer.share), f"{layer.time_ms:,.1f}"]
+            if room is not None:
+                cells.append(_packed(self.evidence[name], room))
+            add_row(table, *cells, style="bold" if name == d.primary else None)
+        return table
+
+    def _under(self, width: int) -> Padding:
+        """Each layer's evidence under the table, a layer a line."""
+        named = [(name, items) for name, items in self.evidence.items() if items]
+        label = max((len(name) for name, _ in named), default=0)
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column()
+        grid.add_column(overflow="fold")
+        grid.add_row(plain("evidence", style="italic"), "")
+        for name, items in named:
+            add_row(grid, name, _packed(items, width - label - 4),
+                    style="bold" if name == self.d.primary else None)
+        return Padding(grid, (0, 0, 1, 2))
+
+
+def _packed(items: list[str], room: int) -> str:
+    """``items`` joined by "; ", a line break instead where the next one would not fit."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + 2 + len(item) <= room:
+            lines[-1] += "; " + item
+        else:
+            lines.append(item)
+    return "\n".join(lines)
+
+
+def _evidence_item(e) -> str:
+    """One evidence item of the layer table: the value, and the threshold it reached."""
+    return f"{e.metric}={e.value:g}" + (f" ({e.comparison} {e.threshold:g})"
+                                        if e.fired and e.threshold is not None else "")
 
 
 def _breakdown(d: Diagnosis) -> Table:
@@ -358,9 +426,9 @@ def job_renderable(job: JobDiagnosis) -> RenderableType:
     if job.skipped:
         parts.append(_skipped(job.skipped))
     parts.append(table)
-    for d in job.diagnoses:
+    for row, d in zip(job.ranks, job.diagnoses, strict=False):  # rows number unranked traces
         if d.data_quality:
-            parts.append(_labelled(f"Data quality, rank {d.trace.rank}: ",
+            parts.append(_labelled(f"Data quality, rank {row.rank}: ",
                                    describe(d.data_quality), "yellow"))
     for f in job.findings:
         parts.append(plain(f"{f.severity}: {f.message}", style=_SEVERITY_STYLE.get(f.severity)))

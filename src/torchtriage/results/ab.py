@@ -18,6 +18,7 @@ ABVerdict = Literal["faster", "slower", "no_change", "changes_results", "fits", 
 SpeedVerdict = Literal["faster", "slower", "no_change"]
 TrialStatus = Literal["ok", "failed", "timeout", "oom", "too_few_steps"]
 ParityStatus = Literal["pass", "fail", "unchecked"]
+ParityReference = Literal["tolerance", "baseline_runs", "worker_seeds"]
 Precision = Literal["fp32", "compiled", "tf32", "low"]
 ArmName = Literal["A", "B"]
 AB_VERDICTS: tuple[str, ...] = ABVerdict.__args__
@@ -34,6 +35,11 @@ class Parity(msgspec.Struct, kw_only=True):
     tolerance: float
     max_deviation: float | None = None  # over all candidate trials
     baseline_spread: float | None = None  # largest difference between identical baseline runs
+    # RMS difference between candidate trials run under different DataLoader worker seeds
+    worker_seed_spread: float | None = None
+    # what the deviation was judged against: the precision's tolerance, the baseline runs'
+    # own spread, or the spread of the candidate's trials under different worker seeds
+    reference: ParityReference = "tolerance"
     steps_compared: int = 0
     detail: str = ""
 

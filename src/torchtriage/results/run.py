@@ -65,6 +65,9 @@ class RunConfig(JsonDocument, msgspec.Struct, kw_only=True):
     timing_warmup: int = 0  # timing mode: steps before the measured window
     # timing mode: measure past max_steps until the window lasted this long (one process)
     timing_min_s: float = 0.0
+    # added to every DataLoader iterator's worker base seed (each worker seeds base + its id):
+    # A/B trials of a knob that moves random draws into workers measure the spread this causes
+    worker_seed_offset: int = 0
     # profile mode: stop the script once the (final) window is profiled and checked
     stop_after_window: bool = False
     # profile mode: the cost guard's budget of recorded events (None: the default,
@@ -143,6 +146,7 @@ class RunRecord(JsonDocument, msgspec.Struct, kw_only=True):
     warmup_steps: int | None = None
     loader_queue: int = 0  # the most batches a DataLoader had in flight
     loader_workers: int = 0  # the most worker processes a DataLoader used
+    loader_batches: int = 0  # batches fetched from any DataLoader
 
     @property
     def loss_values(self) -> list[float]:

@@ -22,7 +22,7 @@ import msgspec
 from torchtriage.capture import interrupt
 from torchtriage.capture.rundir import claim_run_dir
 from torchtriage.capture.runner import merge_knob_logs, no_record_reason, run_command
-from torchtriage.diagnosis.knobs import warmup_for
+from torchtriage.diagnosis.knobs import reseeds_workers, warmup_for
 from torchtriage.errors import TorchtriageError
 from torchtriage.results.ab import ABResult, Arm, Startup, Trial
 from torchtriage.results.run import RunConfig, merge_knob_outcomes
@@ -98,6 +98,10 @@ def run_ab(
     if knobs.get("compile.mode", "none") != "none":
         settings = dataclasses.replace(settings, warmup=max(settings.warmup, COMPILE_WARMUP))
     command_b = candidate or command
+    # a knob that moves random draws into DataLoader workers: B's trials run under different
+    # worker seeds, and parity compares with their spread (verify.parity)
+    reseed = candidate is None and reseeds_workers(
+        {k: v for k, v in knobs.items() if base.get(k) != v})
     claim_run_dir(out)
     store_id = store.start_run("ab", command, knobs=knobs, out_dir=out) if store else None
     arms = {"A": (command, base), "B": (command_b, knobs)}
@@ -119,7 +123,8 @@ def run_ab(
                 idx = sum(t.arm == arm for t in done) + 1
                 if deadline is not None and time.monotonic() >= deadline:
                     break
-                trial = _run_trial(arm, idx, *arms[arm], out, settings, deadline)
+                trial = _run_trial(arm, idx, *arms[arm], out, settings, deadline,
+                                   seed_offset=idx - 1 if reseed and arm == "B" else 0)
                 done.append(trial)
                 _record(trial, out, store, store_id, on_trial)
                 if progress:
@@ -132,7 +137,8 @@ def run_ab(
                         break
                     # a baseline out of memory: the question is whether the candidate fits
                 if (adaptive and fresh % 2 == 0 and fresh >= min_fresh
-                        and _decided(done, knobs, settings.min_effect, settings.confidence)):
+                        and _decided(done, knobs, settings.min_effect, settings.confidence,
+                                     reseeded=reseed)):
                     break
         except (KeyboardInterrupt, interrupt.Interrupted) as exc:
             ran = sum(not t.reused for t in done)
@@ -149,7 +155,7 @@ def run_ab(
                 store.finish_run(store_id, "failed", str(exc).splitlines()[0] if str(exc)
                                  else type(exc).__name__)
             raise
-    result = _result(done, arms, knobs, settings, out)
+    result = _result(done, arms, knobs, settings, out, reseeded=reseed)
     result.baseline_knobs = base
     result.store_id = store_id
     (out / "ab.json").write_text(result.to_json() + "\n")
@@ -164,12 +170,12 @@ def run_ab(
 
 def _record(trial: Trial, out: Path, store, store_id: int | None,
             on_trial: Callable[[Trial], None] | None) -> None:
-    """Commit a finished trial: ``trials.jsonl``, the run store, ``on_trial``."""
+    """Commit a finished trial: the run store (first: it is the record ``show`` and ``fix``
+    read back), ``trials.jsonl``, ``on_trial``."""
+    if store:
+        store.record_trial(store_id, trial)
     with open(out / "trials.jsonl", "ab") as f:
         f.write(msgspec.json.encode(trial) + b"\n")
-    if store:
-        store.add_trial(store_id, trial.arm, trial.idx, trial.status,
-                        time.time() - trial.wall_s, msgspec.to_builtins(trial))
     if on_trial:
         on_trial(trial)
 
@@ -206,7 +212,7 @@ FAR_SLOWER = 3.0  # a candidate this many times slower in its first trial is not
 
 
 def _decided(done: list[Trial], knobs: dict[str, Any], min_effect: float,
-             confidence: float = policy.CONFIDENCE.value) -> bool:
+             confidence: float = policy.CONFIDENCE.value, *, reseeded: bool = False) -> bool:
     """Whether the trials so far already answer the question (see ``run_ab(adaptive=)``)."""
     a = _kept([t for t in done if t.arm == "A"])[0]
     b = _kept([t for t in done if t.arm == "B"])[0]
@@ -215,7 +221,8 @@ def _decided(done: list[Trial], knobs: dict[str, Any], min_effect: float,
         return True
     if len(a) < 2 or len(b) < 2:
         return False
-    if check_parity([t.losses for t in a], [t.losses for t in b], knobs).status == "fail":
+    if check_parity([t.losses for t in a], [t.losses for t in b], knobs,
+                    reseeded=reseeded).status == "fail":
         return True
     s = speedup_interval([t.step_ms for t in a], [t.step_ms for t in b], statistic="mean",
                          confidence=confidence)
@@ -232,7 +239,8 @@ def _label(arm: str, knobs: dict[str, Any], candidate: list[str] | None) -> str:
 
 
 def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], out: Path,
-               settings: TrialSettings, deadline: float | None = None) -> Trial:
+               settings: TrialSettings, deadline: float | None = None, *,
+               seed_offset: int = 0) -> Trial:
     trial_dir = out / "trials" / f"{arm}{idx}"
     trial_dir.mkdir(parents=True, exist_ok=True)
     warmup, timeout = settings.warmup, settings.timeout
@@ -240,7 +248,8 @@ def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], ou
     left = deadline - time.monotonic() if deadline is not None else None
     by_budget = left is not None and (timeout is None or left < timeout)
     config = RunConfig(out=str(trial_dir), knobs=knobs, max_steps=warmup + settings.steps,
-                       mode="time", timing_warmup=warmup, timing_min_s=settings.min_measure_s)
+                       mode="time", timing_warmup=warmup, timing_min_s=settings.min_measure_s,
+                       worker_seed_offset=seed_offset)
     result = run_command(command, config, timeout=max(left, 1.0) if by_budget else timeout,
                          log=trial_dir / "output.log")
     if result.interrupted is not None:  # stopped by a signal to torchtriage: not a trial
@@ -318,7 +327,7 @@ def _arm(label: str, command: list[str], knobs: dict[str, Any], ok: list[Trial])
 
 
 def _result(done: list[Trial], arms, knobs: dict[str, Any], settings: TrialSettings,
-            out: Path) -> ABResult:
+            out: Path, *, reseeded: bool = False) -> ABResult:
     min_effect = settings.min_effect
     a_trials = [t for t in done if t.arm == "A"]
     b_trials = [t for t in done if t.arm == "B"]
@@ -328,7 +337,8 @@ def _result(done: list[Trial], arms, knobs: dict[str, Any], settings: TrialSetti
     a = _arm("baseline", arms["A"][0], {}, a_ok)
     b = _arm("candidate", arms["B"][0], knobs, b_ok)
     outcomes = merge_knob_outcomes([t.knobs for t in b_trials])  # what B's own runs recorded
-    parity = check_parity([t.losses for t in a_ok], [t.losses for t in b_ok], knobs)
+    parity = check_parity([t.losses for t in a_ok], [t.losses for t in b_ok], knobs,
+                          reseeded=reseeded)
     if not a_ok or not b_ok:
         parity.detail = "an arm completed no trial"
     common = dict(confidence=settings.confidence, min_effect=min_effect, parity=parity,
@@ -338,7 +348,7 @@ def _result(done: list[Trial], arms, knobs: dict[str, Any], settings: TrialSetti
                   outlier_trials=[f"{t.arm}{t.idx}" for t in done if t.outlier])
     a_oom = [t for t in a_trials if t.status == "oom"]
     if not a_ok and b_ok and a_oom and len(a_oom) == len(a_trials):
-        return _fits(a_oom, b_ok, knobs, common)
+        return _fits(a_oom, b_ok, knobs, common, reseeded=reseeded)
     if not a_ok or not b_ok:
         failed = b_trials if a_ok else a_trials
         why = next((t.error for t in failed if t.error), "no trial ran")
@@ -361,11 +371,12 @@ def _result(done: list[Trial], arms, knobs: dict[str, Any], settings: TrialSetti
 
 
 def _fits(a_oom: list[Trial], b_ok: list[Trial], knobs: dict[str, Any],
-          common: dict[str, Any]) -> ABResult:
+          common: dict[str, Any], *, reseeded: bool = False) -> ABResult:
     """The baseline ran out of memory in every trial and the candidate completes: the verdict
     is ``fits`` (``changes_results`` when the candidate's losses part from the steps the
     baseline completed before its error); no speed-up, there is nothing to divide by."""
-    parity = check_parity([t.losses for t in a_oom], [t.losses for t in b_ok], knobs)
+    parity = check_parity([t.losses for t in a_oom], [t.losses for t in b_ok], knobs,
+                          reseeded=reseeded)
     if not any(t.losses for t in a_oom):
         parity.detail = "the baseline recorded no loss before running out of memory"
     b = common["b"]

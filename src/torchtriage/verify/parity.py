@@ -7,6 +7,15 @@ The tolerance follows the candidate's precision; when identical baseline runs al
 the comparison switches to the root-mean-square difference over the steps (single steps are
 then mostly noise) and the tolerance to a multiple of the baseline runs' own RMS difference,
 and says so.
+
+A knob that moves the Dataset's random draws into DataLoader workers (``reseeds_workers`` in
+the knob registry: ``num_workers`` and the like) changes a seeded script's augmentation, not
+its math: each worker draws from its own stream, seeded from a base seed plus its id. Its
+candidate trials then run under different worker seeds (``ab`` shifts the base seed per
+trial), and the RMS difference between them is the spread that a change of random streams
+alone produces. The candidate is judged the same way against that multiple of it, when it
+exceeds the tolerance (a Dataset that draws nothing random gives identical trials, and the
+plain tolerance stands). ``Parity.reference`` says which reference was used.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ import numpy as np
 
 from torchtriage.diagnosis.knobs import Numerics, numerics_of
 from torchtriage.diagnosis.thresholds import Threshold
-from torchtriage.results.ab import Parity, Precision
+from torchtriage.results.ab import Parity, ParityReference, Precision
 from torchtriage.verify import policy
 
 
@@ -50,6 +59,7 @@ def check_parity(
     candidate: Sequence[Sequence[float]],
     knobs: Mapping[str, Any],
     *,
+    reseeded: bool = False,
     steps: int = int(policy.PARITY_STEPS.value),
 ) -> Parity:
     """Compare the candidate trials' first losses with the baseline's.
@@ -57,6 +67,8 @@ def check_parity(
     Args:
         baseline, candidate: per trial, the loss of each training step from the first.
         knobs: the candidate's knobs (they set the precision and so the tolerance).
+        reseeded: the candidate trials ran under different DataLoader worker seeds (see the
+            module docstring): their own spread is the reference for random-stream changes.
     """
     precision, threshold = precision_of(knobs)
     base = [np.asarray(t[:steps], dtype=np.float64) for t in baseline if len(t)]
@@ -77,15 +89,31 @@ def check_parity(
     tolerance = threshold.value
     detail = f"{precision} tolerance {tolerance:g} ({threshold.name})"
     deviation = _largest
-    if spread * policy.PARITY_NOISE_FACTOR.value > tolerance:
+    judged: ParityReference = "tolerance"
+    factor = policy.PARITY_NOISE_FACTOR.value
+    if spread * factor > tolerance:
         # Noisy baseline: single steps are mostly noise, so compare the root-mean-square
         # difference over the steps (stable with few runs) instead of the largest one.
         deviation = _rms
         spread = max(_rms(x, y) / scale for x, y in pairs)
-        tolerance = spread * policy.PARITY_NOISE_FACTOR.value
-        detail = (f"identical baseline runs differ by {spread:.2g} (RMS over {k} steps; "
-                  f"unseeded or nondeterministic): candidate judged by its RMS difference, "
-                  f"tolerance widened to {tolerance:.2g}")
+        tolerance = spread * factor
+        judged = "baseline_runs"
+        detail = (f"baseline runs differ by {spread:.2g} (RMS over {k} steps; unseeded, "
+                  f"nondeterministic or under different worker seeds): candidate judged by "
+                  f"its RMS difference, tolerance widened to {tolerance:.2g}")
+    seeds_spread = None
+    if reseeded and len(cand) >= 2:
+        seed_pairs = [(x[:k], y[:k]) for i, x in enumerate(cand) for y in cand[i + 1:]]
+        seeds_spread = max(_rms(x, y) / scale for x, y in seed_pairs)
+        if np.isfinite(seeds_spread) and seeds_spread * factor > tolerance:
+            deviation = _rms
+            tolerance = seeds_spread * factor
+            judged = "worker_seeds"
+            detail = (f"the candidate moves the Dataset's random draws into DataLoader workers; "
+                      f"its trials under different worker seeds differ by {seeds_spread:.2g} "
+                      f"(RMS over {k} steps), so it is judged by its RMS difference, tolerance "
+                      f"widened to {tolerance:.2g} ({policy.PARITY_NOISE_FACTOR.name} x that "
+                      f"spread; {precision} tolerance {threshold.value:g} otherwise)")
     worst = max(deviation(t[:k], reference) / scale for t in cand)
     if not np.isfinite(worst):
         return Parity(status="fail", precision=precision, tolerance=tolerance,
@@ -94,4 +122,5 @@ def check_parity(
     status = "pass" if worst <= tolerance else "fail"
     return Parity(status=status, precision=precision, tolerance=round(tolerance, 6),
                   max_deviation=round(worst, 6), baseline_spread=round(spread, 6),
-                  steps_compared=k, detail=detail)
+                  worker_seed_spread=None if seeds_spread is None else round(seeds_spread, 6),
+                  reference=judged, steps_compared=k, detail=detail)

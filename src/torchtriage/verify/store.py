@@ -150,6 +150,14 @@ class RunStore:
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (run_id, arm, idx, status, started, time.time(), json.dumps(data)))
 
+    def record_trial(self, run_id: int, trial: Any, **extra: Any) -> None:
+        """Commit a finished A/B trial (a :class:`~torchtriage.results.ab.Trial`) under a run,
+        with ``extra`` fields beside its own (the fix loop names the trial's A/B)."""
+        import msgspec
+
+        self.add_trial(run_id, trial.arm, trial.idx, trial.status, time.time() - trial.wall_s,
+                       {**msgspec.to_builtins(trial), **extra})
+
     def finish_run(self, run_id: int, status: str, summary: str,
                    result: dict[str, Any] | None = None) -> None:
         self._write("UPDATE runs SET finished=?, status=?, summary=?, result=? WHERE id=?",

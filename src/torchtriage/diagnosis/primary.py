@@ -1,0 +1,91 @@
+"""The primary-layer rule: which layer the verdict names, and why, in one line.
+
+``memory`` when the run ran out of memory or a device's peak reached ``memory_near_capacity``;
+else ``kernel`` at ``compute_bound``; else the largest non-compute layer that reaches its
+significance threshold (it is what keeps the compute idle); else ``kernel``. So a smaller
+share can win (data loading at 35 % over kernels at 55 %): each verdict carries the branch
+that decided (:class:`~torchtriage.diagnosis.result.PrimaryRule`), its comparisons and a line
+built from the thresholds themselves, which the reports print beside the layer shares.
+"""
+
+from __future__ import annotations
+
+from torchtriage.diagnosis import result as r
+from torchtriage.diagnosis import rules
+from torchtriage.diagnosis import thresholds as th
+from torchtriage.diagnosis.vocabulary import TIME_LAYERS
+
+# each time layer's significance: the share at which its prescriptions are listed and at which
+# a non-compute layer can be primary
+SIGNIFICANT = {
+    "data_loading": th.DATA_LOADING_SIGNIFICANT,
+    "host": th.HOST_SIGNIFICANT,
+    "kernel": th.KERNEL_SIGNIFICANT,
+    "communication": th.COMMUNICATION_SIGNIFICANT,
+}
+MEMORY_FIRST = "memory is primary before any share of step time"
+
+
+def time_primary(facts: rules.Facts) -> tuple[str, str, r.PrimaryRule]:
+    """The primary time layer, the candidate it is compared with for confidence, and why.
+
+    ``kernel`` when compute reaches COMPUTE_BOUND; otherwise the largest non-compute layer whose
+    share reaches its significance threshold (it is what keeps the compute idle); ``kernel``
+    when none does. The comparisons that decide are the rule's evidence, and its one-line
+    reason names each threshold with its value (the views print it beside the layer shares,
+    where a smaller share that wins would otherwise look wrong).
+    """
+    waste = sorted((x for x in TIME_LAYERS if x != "kernel"), key=lambda x: -facts.share(x))
+    bound = rules.share_evidence("kernel_share", facts.share("kernel"), th.COMPUTE_BOUND)
+    kernel = f"kernel {bound.value:.1%}"  # the rounded share, as the layer table shows it
+    if bound.fired:
+        return "kernel", waste[0], r.PrimaryRule(
+            rule="compute_bound", evidence=[bound],
+            reason=f"{kernel} >= {_named(th.COMPUTE_BOUND)}: compute is the bottleneck "
+                   "whatever else is exposed.")
+    checks = {x: rules.share_evidence(f"{x}_share", facts.share(x), SIGNIFICANT[x])
+              for x in waste}
+    significant = [x for x in waste if checks[x].fired]
+    below = f"{kernel} < {_named(th.COMPUTE_BOUND)}"
+    if significant:
+        primary = significant[0]
+        return primary, waste[1] if waste[0] == primary else waste[0], r.PrimaryRule(
+            rule="largest_significant", evidence=[bound, checks[primary]],
+            reason=f"{below}, so the largest layer that keeps compute idle and reaches its "
+                   f"threshold wins: {primary} {checks[primary].value:.1%} >= "
+                   f"{_named(SIGNIFICANT[primary])}.")
+    return "kernel", waste[0], r.PrimaryRule(
+        rule="none_significant", evidence=[bound, *checks.values()],
+        reason=f"{below}, but no other layer reaches its threshold ("
+               + ", ".join(f"{x} {checks[x].value:.1%} < {_named(SIGNIFICANT[x])}"
+                           for x in waste)
+               + "): kernel stays primary.")
+
+
+def memory_primary(facts: rules.Facts, verdict: rules.Verdict
+                   ) -> tuple[str, None, r.PrimaryRule]:
+    """``memory`` as primary (its rule fired), with why: an out-of-memory error, else the
+    device peaks that reached MEMORY_NEAR_CAPACITY."""
+    if facts.oom or facts.out_of_memory is not None:
+        return "memory", None, out_of_memory_rule(
+            facts.out_of_memory.step if facts.out_of_memory else None)
+    near = [e for e in verdict.evidence
+            if e.metric.startswith("peak_memory_fraction") and e.fired]
+    peaks = ", ".join(f"{e.metric.removeprefix('peak_memory_fraction[').rstrip(']')} "
+                      f"{e.value:.0%}" for e in near)
+    return "memory", None, r.PrimaryRule(
+        rule="memory_near_capacity", evidence=near,
+        reason=f"peak memory on {peaks} of capacity >= {_named(th.MEMORY_NEAR_CAPACITY)}: "
+               f"{MEMORY_FIRST}.")
+
+
+def out_of_memory_rule(step: int | None = None) -> r.PrimaryRule:
+    """Why ``memory`` is primary in a run that ran out of memory."""
+    on = f" on step {step}" if step is not None else ""
+    return r.PrimaryRule(rule="out_of_memory",
+                         reason=f"the run ran out of memory{on}: {MEMORY_FIRST}.")
+
+
+def _named(t: th.Threshold) -> str:
+    """A share threshold as the rule line names it: ``compute_bound 85%``."""
+    return f"{t.name} {t.value * 100:g}%"
