@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from torchtriage.analysis.breakdown import attribute, step_breakdown
 from torchtriage.analysis.categories import CLOSURE_PREFIX, unmarked_closure_steps
+from torchtriage.analysis.collectives import collective_table
 from torchtriage.analysis.intervals import covered_within, merge, subtract, total
+from torchtriage.analysis.sharding import sharding
 from torchtriage.analysis.steps import find_steps
 from torchtriage.trace import load_trace
 
@@ -111,6 +113,53 @@ def test_cpu_breakdown_exact(tmp_path):
     got = dict(zip(b.categories, b.exposed_us[0], strict=True))
     assert got == pytest.approx({"data_loading": 100, "optimizer": 100, "backward": 250,
                                  "forward": 200, "communication": 200, "other": 150})
+
+
+def _fsdp2_step() -> list[dict]:
+    """One FSDP2 step on gloo, [0, 1000) µs: the training thread gathers a block's parameters
+    inside its pre-forward hook (waiting on gloo's thread), computes, and in backward waits for
+    the block's gather again inside a backward node; one gather of another block runs on
+    gloo's thread while the training thread computes (prefetched, hidden)."""
+    return [
+        x("ProfilerStep#4", 0, 1000, cat="user_annotation"),
+        x("FSDP::pre_forward (0)", 0, 300, cat="user_annotation"),
+        x("FSDP::all_gather (0)", 0, 280, cat="user_annotation"),
+        x("aten::cat", 0, 40),
+        x("c10d::_allgather_base_", 40, 10),
+        x("gloo:all_gather", 50, 230, cat="user_annotation", tid=99),
+        x("FSDP::all_gather_copy_out (0)", 280, 20, cat="user_annotation"),
+        x("aten::linear", 300, 200),
+        x("gloo:all_gather", 350, 100, cat="user_annotation", tid=99),  # hidden by linear
+        x("autograd::engine::evaluate_function: AddmmBackward0", 500, 400),
+        x("FSDP::pre_backward (0)", 510, 200, cat="user_annotation"),
+        x("FSDP::all_gather (0)", 510, 190, cat="user_annotation"),
+        x("gloo:all_gather", 520, 180, cat="user_annotation", tid=99),
+        x("AddmmBackward0", 710, 190),
+        x("FSDP::cast_forward_inputs", 950, 10, cat="user_annotation"),  # not communication
+    ]
+
+
+def test_fsdp_hooks_on_the_training_thread_are_communication(tmp_path):
+    """FSDP2 on gloo waits for each gather inside its hooks, within forward and backward: that
+    time is communication, not forward or backward; a gather behind compute is hidden."""
+    trace = load_trace(write_trace(tmp_path / "fsdp.json", _fsdp2_step()))
+    steps = find_steps(trace)
+    b = step_breakdown(trace, steps)
+    got = dict(zip(b.categories, b.exposed_us[0], strict=True))
+    assert got == pytest.approx({"data_loading": 0, "communication": 500, "optimizer": 0,
+                                 "backward": 200, "forward": 210, "other": 90})
+    s = sharding(trace, steps, collective_table(trace, steps), steps.main_thread)
+    assert (s.kind, s.units, s.all_gathers_per_step) == ("fsdp2", 1, 2.0)
+    # 510 µs of gloo all-gather, 100 of them under aten::linear
+    assert s.all_gather_us == pytest.approx(510) and s.all_gather_hidden == pytest.approx(
+        100 / 510, abs=1e-4)
+
+
+def test_no_fsdp_no_sharding(tmp_path):
+    events = [x("ProfilerStep#1", 0, 100, cat="user_annotation"), x("aten::mm", 10, 50)]
+    trace = load_trace(write_trace(tmp_path / "plain.json", events))
+    steps = find_steps(trace)
+    assert sharding(trace, steps, [], steps.main_thread) is None
 
 
 def _closure_step(marked: bool) -> list[dict]:

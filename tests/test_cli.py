@@ -50,8 +50,8 @@ def test_analyze_json_schema(tmp_path, capsys):
     for layer in doc["layers"].values():
         assert {"share", "time_ms", "evidence"} <= set(layer)
     b = doc["breakdown"]
-    assert b["categories"] == ["data_loading", "optimizer", "backward", "forward",
-                               "communication", "other"]
+    assert b["categories"] == ["data_loading", "communication", "optimizer", "backward",
+                               "forward", "other"]
     assert [s["step"] for s in b["steps"]] == [3, 4, 5]
     assert b["exposed_ms"]["data_loading"] == pytest.approx(2.4)
     assert doc["prescriptions"][0] == {**doc["prescriptions"][0], "id": "dataloader.num_workers",

@@ -39,8 +39,10 @@ def test_catalog_covers_required_ids_and_layers():
                       "h2d.non_blocking"]),
     ("kernel", ["matmul.tf32", "amp.bf16", "compile.default", "compile.max_autotune",
                 "kernel.custom"]),
-    ("communication", ["ddp.bucket_cap", "ddp.grad_accumulation", "ddp.comm_hook",
-                       "ddp.static_graph"]),
+    # DDP's and FSDP's levers interleave by cost; a job gets one family (the other withheld)
+    ("communication", ["ddp.bucket_cap", "fsdp.reshard_after_forward", "ddp.grad_accumulation",
+                       "ddp.comm_hook", "ddp.static_graph", "fsdp.mixed_precision",
+                       "fsdp.prefetch", "fsdp.wrap_granularity"]),
     ("memory", ["memory.expandable_segments", "memory.grad_accumulation",
                 "memory.activation_checkpointing", "memory.bf16", "memory.fsdp"]),
 ])

@@ -186,3 +186,43 @@ def test_rank_from_file_name_when_distributed_info_lacks_it(shared_traces, tmp_p
     write_trace(tmp_path / "rank-1.json", events)
     job = analyze_job(tmp_path)
     assert [r.rank for r in job.ranks] == [1, 3]
+
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _run(out: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torchtriage", "run", "--out", str(out),
+                           *args], capture_output=True, text=True, timeout=600, cwd=REPO)
+
+
+def test_an_fsdp2_gloo_job_is_communication_with_fsdp_levers_first(tmp_path):
+    """16 fully_shard-ed 512-wide blocks, batch 8, 2 gloo ranks: FSDP2 waits for each
+    all-gather inside its hooks, within forward and backward. That is communication (it was
+    counted as forward and backward, and the verdict was `kernel`), FSDP's own levers come
+    first, DDP's are withheld; with reshard_after_forward=False injected, each unit is gathered
+    once per step and that lever is withheld for it."""
+    command = ["--", "torchrun", "--nproc_per_node=2", str(SCRIPTS / "fsdp_blocks.py")]
+    out = tmp_path / "run"
+    proc = _run(out, *command, "--steps", "14")
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads((out / "diagnosis.json").read_text())
+    assert job["primary"] == "communication", job["summary"]
+    for d in job["diagnoses"]:
+        assert d["primary"] == "communication", d["summary"]
+        assert d["prescriptions"][0]["id"] == "fsdp.reshard_after_forward", d["prescriptions"]
+        assert (d["sharding"]["kind"], d["sharding"]["units"]) == ("fsdp2", 17)
+        assert d["sharding"]["all_gathers_per_step"] >= 1.5 * 17 - 1  # the root stays gathered
+        assert {"ddp.bucket_cap", "ddp.comm_hook"} <= {w["id"] for w in d["withheld"]}
+    assert "Sharding: FSDP2 (fully_shard), 17 sharded units" in proc.stdout
+
+    out = tmp_path / "knob"
+    proc = _run(out, "--knob", "fsdp.reshard_after_forward=false", *command, "--steps", "12",
+                "--width", "256")
+    assert proc.returncode == 0, proc.stderr
+    outcome = json.loads((out / "run.rank0.json").read_text())["knobs"][
+        "fsdp.reshard_after_forward"]
+    assert outcome["applied"] and outcome["count"] == 17, outcome
+    for d in json.loads((out / "diagnosis.json").read_text())["diagnoses"]:
+        assert d["sharding"]["all_gathers_per_step"] <= 17, d["sharding"]
+        assert "fsdp.reshard_after_forward" in {w["id"] for w in d["withheld"]}

@@ -8,7 +8,10 @@ of a step sum to its wall time exactly.
 On CPU traces the optimizer claims its own time only
 (:func:`~torchtriage.analysis.categories.optimizer_own_intervals`): the forward, loss and
 backward of a closure that ``optimizer.step(closure)`` runs (LBFGS, Lightning) fall to the
-categories of their own ops.
+categories of their own ops. Communication claims the training thread's own collective and
+FSDP sharding time, wherever it runs (inside forward or backward too), and background
+collectives only where no training-thread op hides them
+(:func:`~torchtriage.analysis.categories.communication_intervals`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 from torchtriage.analysis.categories import (
     categories_for,
     category_masks,
+    communication_intervals,
     optimizer_own_intervals,
 )
 from torchtriage.analysis.intervals import covers, merge, unique
@@ -55,8 +59,10 @@ def step_breakdown(trace: Trace, steps: StepWindows) -> StepBreakdown:
     categories = categories_for(trace)
     masks = category_masks(trace, steps.main_thread)
     claims = [(trace.events.ts[masks[c]], trace.events.end[masks[c]]) for c in categories[:-1]]
-    if "optimizer" in categories:
+    if "optimizer" in categories:  # CPU
         claims[categories.index("optimizer")] = optimizer_own_intervals(trace)
+        claims[categories.index("communication")] = communication_intervals(
+            trace, masks, steps.main_thread)
     exposed = attribute(steps.start, steps.end, claims)
     return StepBreakdown(
         categories=categories,

@@ -32,10 +32,13 @@ GPU_CATEGORIES: tuple[str, ...] = (
 # CPU-only traces, priority order.
 CPU_CATEGORIES: tuple[str, ...] = (
     "data_loading",  # DataLoader __next__ (in-process loading, or waiting on workers)
+    # the training thread inside a collective or a sharding hook (FSDP's all-gathers, their
+    # waits and copies, reduce-scatters), and gloo:* / c10d::* / nccl:* work on other threads
+    # that no op of the training thread hides (see communication_intervals)
+    "communication",
     "optimizer",  # Optimizer.step#... and Optimizer.zero_grad#...
     "backward",  # autograd engine: evaluate_function nodes, *Backward ops, AccumulateGrad
     "forward",  # every other op on the training thread
-    "communication",  # gloo:* / c10d::* / nccl:* work not hidden under the above
     "other",  # step time covered by no op: Python glue, sleeps, untraced waits
 )
 
@@ -50,6 +53,17 @@ _BACKWARD = re.compile(
 )
 _COMM_HOST = ("gloo:", "c10d::", "nccl:", "record_param_comms", "ProcessGroup")
 _COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
+# FSDP's hook ranges on the training thread: FSDP2 (fully_shard) "FSDP::pre_forward (fqn)",
+# "FSDP::all_gather", "FSDP::post_backward_reduce", ...; FSDP1 "FullyShardedDataParallel.
+# _pre_forward", "..._post_backward_hook", ... All of them gather, wait for, copy out, free or
+# reduce-scatter sharded parameters and gradients: the job's communication. Not the ranges
+# that only cast or move the inputs.
+FSDP2_PREFIX = "FSDP::"
+FSDP1_PREFIX = "FullyShardedDataParallel."
+_FSDP_NOT_COMM = ("FSDP::cast_forward_inputs", "FSDP::cast_forward_outputs",
+                  "FSDP::inputs_to_device", "FSDP::root_pre_forward",
+                  "FullyShardedDataParallel._to_kwargs",
+                  "FullyShardedDataParallel._root_pre_forward")
 _H2D = re.compile(r"HtoD|Host ?to ?Device|H2D", re.IGNORECASE)
 _PROFILER_STEP = re.compile(r"^ProfilerStep#")
 
@@ -64,6 +78,16 @@ def is_communication_kernel(name: str) -> bool:
 
 def is_host_communication(name: str) -> bool:
     return name.startswith(_COMM_HOST)
+
+
+def is_fsdp(name: str) -> bool:
+    """An FSDP (fully_shard or FullyShardedDataParallel) hook range."""
+    return name.startswith((FSDP2_PREFIX, FSDP1_PREFIX))
+
+
+def is_sharding_communication(name: str) -> bool:
+    """An FSDP hook range that gathers, waits for, frees or reduces sharded state."""
+    return is_fsdp(name) and not name.startswith(_FSDP_NOT_COMM)
 
 
 def is_h2d_copy(name: str) -> bool:
@@ -126,6 +150,29 @@ def unmarked_closure_steps(trace: Trace) -> int:
         return set(idx[ok].tolist())
 
     return len(inside(backward) - inside(marked))
+
+
+def communication_intervals(trace: Trace, masks: dict[str, np.ndarray], main_thread: int
+                            ) -> tuple[np.ndarray, np.ndarray]:
+    """The CPU communication claim, as sorted disjoint (starts, ends): the training thread's
+    own collective time (host collective ops and FSDP's sharding hooks, where it gathers
+    parameters, waits for them, copies them out and reduce-scatters gradients), plus
+    collective work on other threads (gloo's) that no training-thread op covers.
+
+    Collectives on a background thread while the training thread computes are overlapped,
+    not exposed; the training thread blocked in an FSDP hook is exposed communication even
+    though the hook runs inside forward or backward (FSDP2 waits for a block's all-gather in
+    its pre-forward hook, and for the next one's in a backward node)."""
+    ev = trace.events
+    host = np.isin(ev.kind, HOST_KINDS)
+    on_main = ev.thread_id == main_thread if main_thread >= 0 else np.ones(len(ev), dtype=bool)
+    own = host & on_main & (masks["communication"] | ev.name_mask(is_sharding_communication))
+    other = masks["communication"] & ~on_main
+    busy = np.zeros(len(ev), dtype=bool)
+    for category in ("data_loading", "optimizer", "backward", "forward"):
+        busy |= masks[category]
+    s, e = subtract(ev.ts[other], ev.end[other], ev.ts[busy], ev.end[busy])
+    return merge(np.concatenate([ev.ts[own], s]), np.concatenate([ev.end[own], e]))
 
 
 def category_masks(trace: Trace, main_thread: int) -> dict[str, np.ndarray]:

@@ -413,6 +413,49 @@ def _patch_ddp(run: KnobHost, torch) -> None:
     DistributedDataParallel.__init__ = __init__
 
 
+def _patch_fully_shard(run: KnobHost, torch) -> None:
+    """fsdp.* knobs: keyword arguments of every FSDP2 ``fully_shard`` call. The function is
+    replaced where scripts import it from (``torch.distributed.fsdp`` and its private
+    homes) before the script runs; a call that sets ``mp_policy`` itself keeps it."""
+    import importlib
+
+    homes = [m for m in ("torch.distributed.fsdp", "torch.distributed.fsdp._fully_shard",
+                         "torch.distributed._composable.fsdp") if _importable(importlib, m)]
+    if not homes:
+        return  # this torch has no FSDP2: every fsdp.* knob is noted "not reached"
+    fsdp = importlib.import_module(homes[0])
+    original = fsdp.fully_shard
+    arguments = _site_keywords(run, "fully_shard")
+
+    def fully_shard(module, *args: Any, **kwargs: Any) -> Any:
+        where = _where()
+        for knob, arg in arguments.items():
+            value = run.knobs[knob]
+            if arg == "mp_policy":
+                if kwargs.get(arg) is not None:
+                    run.note(knob, False, f"fully_shard at {where} sets its own mp_policy")
+                    continue
+                value = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                  reduce_dtype=torch.float32)
+            kwargs[arg] = value
+            run.note(knob, True, f"fully_shard({type(module).__name__}, {arg}="
+                     f"{run.knobs[knob]!r}) at {where}", where)
+        return original(module, *args, **kwargs)
+
+    for home in homes:
+        module = importlib.import_module(home)
+        if getattr(module, "fully_shard", None) is original:
+            module.fully_shard = fully_shard
+
+
+def _importable(importlib, name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
 def _sync_last_micro_batch(run: KnobHost, ddp) -> None:
     """With gradient accumulation, DDP all-reduces only in the last micro-batch's backward
     (what ``with model.no_sync():`` does for the others)."""
@@ -483,4 +526,5 @@ INSTALLERS: dict[str, Callable[[Any, Any], None]] = {
     "root_module": _watch_root_module,
     "h2d_copy": _patch_to,
     "ddp": _patch_ddp,
+    "fully_shard": _patch_fully_shard,
 }

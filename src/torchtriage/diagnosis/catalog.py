@@ -2,8 +2,9 @@
 
 Within a layer, prescriptions are ordered by cost, cheapest first, as the seed orders them:
 DataLoader four-piece; communication buckets -> accumulation with no_sync -> compression ->
-overlap; kernels precision -> torch.compile fusion -> custom kernels; memory gradient
-accumulation -> activation checkpointing -> bf16 -> FSDP/ZeRO.
+overlap (sharded jobs: keep gathered parameters -> bf16 gathers -> prefetch -> coarser units);
+kernels precision -> torch.compile fusion -> custom kernels; memory gradient accumulation ->
+activation checkpointing -> bf16 -> FSDP/ZeRO.
 
 Cost scale: 1 = a flag or argument, 2 = a few lines of code, 3 = a code change with a compile or
 numerics cost to check, 4 = a long compile or tuning run, 5 = engineering work.
@@ -126,6 +127,34 @@ CATALOG: tuple[Remedy, ...] = (
            "DistributedDataParallel(model, static_graph=True, gradient_as_bucket_view=True)",
            "better overlap of all-reduce with backward; saves a gradient copy",
            "overlapped share of communication rises"),
+    # communication of a sharded (FSDP) job: gather less often, fewer bytes, earlier, in
+    # fewer calls.
+    Remedy("fsdp.reshard_after_forward", "communication", 1,
+           "Keep gathered parameters from forward to backward",
+           "fully_shard(block, reshard_after_forward=False)  # the root, the last blocks, or all",
+           "removes the backward all-gathers: up to half the all-gather traffic, for the "
+           "unsharded parameters' memory",
+           "all-gathers per step fall to one per unit; exposed communication falls"),
+    Remedy("fsdp.mixed_precision", "communication", 2,
+           "Gather parameters in bf16, reduce gradients in fp32",
+           "from torch.distributed.fsdp import MixedPrecisionPolicy\n"
+           "mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)\n"
+           "fully_shard(block, mp_policy=mp)  # every block and the root",
+           "halves the all-gather bytes (and the forward/backward math runs in bf16)",
+           "all-gather time falls; loss parity holds"),
+    Remedy("fsdp.prefetch", "communication", 2,
+           "Prefetch the next blocks' all-gathers behind the current block's compute",
+           "for i, block in enumerate(blocks):\n"
+           "    block.set_modules_to_forward_prefetch(blocks[i + 1:i + 3])\n"
+           "    block.set_modules_to_backward_prefetch(blocks[max(i - 2, 0):i][::-1])",
+           "hides all-gathers behind compute: up to the exposed all-gather time",
+           "hidden share of all-gather time rises", gpu_only=True),
+    Remedy("fsdp.wrap_granularity", "communication", 3,
+           "Shard coarser units: fewer, larger all-gathers",
+           "fully_shard(group)  # over groups of blocks instead of each small module",
+           "fewer, larger collectives run closer to link bandwidth; peak memory rises by the "
+           "larger unit's parameters",
+           "all-gathers per step fall; bytes per all-gather rise"),
     # memory: cheapest rung that fits.
     Remedy("memory.expandable_segments", "memory", 1,
            "Let the caching allocator grow segments instead of fragmenting",

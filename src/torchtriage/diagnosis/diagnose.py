@@ -21,6 +21,7 @@ from torchtriage.analysis.launch import launch_stats
 from torchtriage.analysis.memory import memory_peaks
 from torchtriage.analysis.ops import OpStat, op_nesting, top_device_ops, top_host_ops
 from torchtriage.analysis.shapes import dynamic_shape_ops
+from torchtriage.analysis.sharding import sharding
 from torchtriage.analysis.steps import StepWindows, find_steps
 from torchtriage.analysis.transfers import transfers
 from torchtriage.analysis.utilization import busy_time, class_times, top_kernels
@@ -157,6 +158,12 @@ def diagnose(
             bytes_per_call=c.bytes_per_call, group_size=c.group_size,
             algbw_gbps=_round(c.algbw_gbps, 3), busbw_gbps=_round(c.busbw_gbps, 3))
             for c in facts.collectives],
+        sharding=r.ShardingInfo(
+            kind=facts.sharding.kind, units=facts.sharding.units,
+            all_gathers_per_step=facts.sharding.all_gathers_per_step,
+            all_gather_ms=round(facts.sharding.all_gather_us / 1e3, 3),
+            all_gather_hidden=facts.sharding.all_gather_hidden)
+        if facts.sharding is not None else None,
         out_of_memory=out_of_memory,
         window=window,
         superseded_windows=list(windows[:-1]) if windows else [],
@@ -175,6 +182,7 @@ def build_facts(trace: Trace, *, device_memory: int | None = None, oom: bool = F
     nesting = op_nesting(trace)
     gpu = trace.has_device_activity
     small = 0.0 if gpu else rules.small_op_time(trace, steps, nesting)
+    collectives = collective_table(trace, steps)
     return rules.Facts(
         trace=trace, steps=steps, breakdown=breakdown, nesting=nesting,
         layer_us=_layer_times(breakdown, gpu, small), small_op_us=small,
@@ -182,7 +190,8 @@ def build_facts(trace: Trace, *, device_memory: int | None = None, oom: bool = F
         out_of_memory=out_of_memory,
         device=_device_evidence(trace, steps) if gpu else None,
         machine=_machine(machine),
-        collectives=collective_table(trace, steps),
+        collectives=collectives,
+        sharding=sharding(trace, steps, collectives, steps.main_thread),
         float64_share=(float64_share_device(trace, steps) if gpu else
                        float64_share_host(trace, steps, nesting)),
     )

@@ -44,7 +44,7 @@ from torchtriage.errors import TorchtriageError
 
 # Where a knob applies in the training process (one installer per site in capture/knob_apply).
 Site = Literal["backend", "dataloader", "micro_batches", "optimizer", "root_module", "h2d_copy",
-               "ddp"]
+               "ddp", "fully_shard"]
 SITES: tuple[Site, ...] = get_args(Site)  # also the order in which installers run
 Kind = Literal["bool", "int", "choice"]
 # What a knob does to numerics, from none to most (parity's tolerance follows the loosest).
@@ -149,6 +149,7 @@ _OPTIMIZER = "no torch.optim optimizer was built"
 _DDP = "no DistributedDataParallel module was built"
 _CALLED_TWICE = "no module with parameters was called twice"
 _DDP_CALL = ("DistributedDataParallel", "DDP")
+_FULLY_SHARD = "no fully_shard call was made (FSDP2)"
 
 KNOBS: tuple[Knob, ...] = (
     Knob("dataloader.num_workers", "int", "DataLoader(num_workers=N) for every DataLoader",
@@ -243,6 +244,18 @@ KNOBS: tuple[Knob, ...] = (
                  "default_hooks.{value}_compress_hook)`"),
          choices=("none", "bf16", "fp16"), numerics="low", exact_for=("none",),
          serves=(Serves("ddp.comm_hook", rule="comm_hook", needs="distributed"),)),
+    Knob("fsdp.reshard_after_forward", "bool",
+         "fully_shard(reshard_after_forward=...) for every fully_shard call (FSDP2)",
+         "fully_shard", _FULLY_SHARD, call("fully_shard"), keyword="reshard_after_forward",
+         serves=(Serves("fsdp.reshard_after_forward", (False,)),)),
+    Knob("fsdp.mixed_precision", "choice",
+         "fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)) "
+         "where the call sets none (FSDP2)",
+         "fully_shard", _FULLY_SHARD,
+         by_hand("pass `mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, "
+                 "reduce_dtype=torch.float32)` to every fully_shard call"),
+         keyword="mp_policy", choices=("none", "bf16"), inert=("none",), numerics="low",
+         exact_for=("none",), serves=(Serves("fsdp.mixed_precision", ("bf16",)),)),
 )
 
 # prescriptions the fix loop never injects, and why
@@ -260,7 +273,8 @@ NOT_INJECTED: dict[str, str] = {
 }
 # prescriptions that need a code change: reported with their catalog code (memory ones as
 # rungs of the memory ladder)
-CODE_CHANGES: tuple[str, ...] = ("kernel.custom", "memory.fsdp")
+CODE_CHANGES: tuple[str, ...] = ("kernel.custom", "memory.fsdp", "fsdp.prefetch",
+                                 "fsdp.wrap_granularity")
 
 
 def reseeds_workers(knobs: Mapping[str, Any]) -> bool:

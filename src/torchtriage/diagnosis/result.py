@@ -251,6 +251,28 @@ class CollectiveRow(msgspec.Struct, kw_only=True):
     busbw_gbps: float | None = None
 
 
+class ShardingInfo(msgspec.Struct, kw_only=True):
+    """FSDP in the trace (see analysis/sharding.py)."""
+
+    kind: str  # "fsdp2" (fully_shard) | "fsdp1" (FullyShardedDataParallel)
+    units: int  # sharded modules
+    all_gathers_per_step: float | None = None
+    all_gather_ms: float = 0.0  # all-gather work within the analysed steps
+    all_gather_hidden: float | None = None  # share of it hidden behind compute
+
+    def describe(self) -> str:
+        """One line: which FSDP, its units, its all-gathers and how much of them is hidden."""
+        api = "fully_shard" if self.kind == "fsdp2" else "FullyShardedDataParallel"
+        parts = [f"{self.kind.upper()} ({api}), {self.units} sharded units"]
+        if self.all_gathers_per_step is not None:
+            parts.append(f"{self.all_gathers_per_step:g} all-gathers per step "
+                         f"({self.all_gathers_per_step / max(self.units, 1):.2g} per unit)")
+        if self.all_gather_hidden is not None:
+            parts.append(f"{self.all_gather_hidden:.0%} of {self.all_gather_ms:,.1f} ms of "
+                         "all-gather time hidden behind compute")
+        return "; ".join(parts)
+
+
 class TraceInfo(msgspec.Struct, kw_only=True):
     path: str
     mode: TraceMode
@@ -354,6 +376,7 @@ class Diagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     missing: list[str] = []  # what the trace lacks, so analyses that need it were skipped
     machine: MachineInfo | None = None
     collectives: list[CollectiveRow] = []
+    sharding: ShardingInfo | None = None  # FSDP, when the job shards
     capture: CaptureInfo | None = None
     out_of_memory: OutOfMemory | None = None  # the run ran out of memory: what it said
     window: WindowCheck | None = None  # torchtriage run: whether the window was steady state

@@ -140,6 +140,19 @@ DDP_BUCKETS_PER_STEP = Threshold(
     "PyTorch DDP design notes: gradients are grouped into buckets of bucket_cap_mb (25 MB; the "
     "first 1 MB) and each bucket is all-reduced by one call",
 )
+FSDP_REGATHER = Threshold(
+    "fsdp_regather", 1.5, "all-gathers per sharded unit per step",
+    "at or above this, units are gathered again for backward (reshard_after_forward=True): "
+    "keeping them gathered is prescribed when memory allows",
+    "PyTorch FSDP2 fully_shard docs: reshard_after_forward=True frees the unsharded parameters "
+    "after forward and all-gathers them again in backward",
+)
+FSDP_SMALL_ALL_GATHER = Threshold(
+    "fsdp_small_all_gather", 4e6, "bytes per all-gather call",
+    "below this per call, all-gathers are latency-bound: coarser sharded units are prescribed",
+    "nccl-tests all_gather curves: bus bandwidth climbs until tens of MB per call; a few MB "
+    "reach a fraction of it",
+)
 CPU_FAST_BF16 = Threshold(
     "cpu_fast_bf16", 1, "bf16 instruction sets",
     "bf16 autocast is prescribed on a CPU job only when the CPU has at least one native bf16 "
@@ -284,6 +297,8 @@ ALL: tuple[Threshold, ...] = (
     ELEMENTWISE_SHARE,
     UNFUSED_CHAIN,
     DDP_BUCKETS_PER_STEP,
+    FSDP_REGATHER,
+    FSDP_SMALL_ALL_GATHER,
     CPU_FAST_BF16,
     FLOAT64_SHARE,
     SLOW_LINK_BUSBW,

@@ -58,6 +58,8 @@ def diagnosis_markdown(doc: Diagnosis | JobDiagnosis) -> str:
             lines += ["", f"Why **{d.primary}**: {prose(d.primary_rule.reason)}"]
         if d.data_quality:
             lines += ["", f"Data quality: {prose(describe(d.data_quality))}"]
+        if d.sharding is not None:
+            lines += ["", f"Sharding: {prose(d.sharding.describe())}"]
         if d.prescriptions:
             lines += ["", "**What to fix first**", ""]
             for i, p in enumerate(d.prescriptions[:5], 1):

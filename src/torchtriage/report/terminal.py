@@ -41,6 +41,8 @@ def renderable(d: Diagnosis) -> RenderableType:
         parts.extend(_gpu(d))
     if d.collectives:
         parts.append(_collectives(d))
+    if d.sharding is not None:
+        parts.append(_labelled("Sharding: ", d.sharding.describe(), "cyan"))
     parts.extend(_top_ops(d))
     if d.missing:
         parts.append(_missing(d))
@@ -345,11 +347,11 @@ def _gpu(d: Diagnosis) -> list[RenderableType]:
 
 
 def _collectives(d: Diagnosis) -> Table:
-    t = Table(title=f"Collectives ({d.collectives[0].source})", box=box.SIMPLE_HEAD,
-              title_justify="left")
-    for col in ("op", "calls", "per step", "ms", "mean ms", "MB per call", "algbw GB/s",
-                "busbw GB/s"):
-        t.add_column(col, justify="left" if col == "op" else "right")
+    t = Table(title=f"Collectives ({d.collectives[0].source}; bandwidths in GB/s)",
+              box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("op", "calls", "per step", "ms", "mean ms", "MB/call", "algbw", "busbw"):
+        t.add_column(col, justify="left" if col == "op" else "right",
+                     min_width=max(len(c.op) for c in d.collectives) if col == "op" else None)
     for c in d.collectives:
         add_row(t, c.op, str(c.count), f"{c.per_step:g}", f"{c.time_ms:,.2f}", f"{c.mean_ms:.3f}",
                   f"{c.bytes_per_call / 1e6:,.1f}" if c.bytes_per_call else "-",

@@ -21,6 +21,7 @@ from torchtriage.analysis.kernels import DeviceOps
 from torchtriage.analysis.launch import LaunchStats
 from torchtriage.analysis.memory import DeviceMemory
 from torchtriage.analysis.ops import OpNesting, in_steps
+from torchtriage.analysis.sharding import Sharding
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.analysis.transfers import Transfers
 from torchtriage.analysis.utilization import ClassTime
@@ -63,6 +64,7 @@ class Facts(msgspec.Struct):
     device: DeviceEvidence | None = None  # GPU traces only
     machine: MachineInfo | None = None  # torchtriage run only
     collectives: list[CollectiveStats] = msgspec.field(default_factory=list)
+    sharding: Sharding | None = None  # FSDP's footprint, when the job shards
     out_of_memory: OutOfMemory | None = None  # what the error said, when the run ran out
     # share of op time in float64 (CPU: op self time with a double input; GPU: kernel time of
     # double-precision kernels); None when the trace does not tell (analysis/dtypes.py)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from torchtriage.analysis.categories import is_communication_kernel, is_host_communication
+from torchtriage.analysis.sharding import Sharding
 from torchtriage.analysis.utilization import union_in_steps
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID
@@ -31,16 +32,21 @@ class CommunicationRule:
     Evidence: how much of the collectives' busy time is hidden, calls and bus bandwidth of the
     top collectives. Findings: large NCCL collectives (>= 16 MB per call) below
     ``slow_link_busbw`` point at the link; reduce-scatter traffic means a sharded model. At
-    ``communication_significant`` of step time: DDP bucket size (only when the gradients span
-    ``ddp_buckets_per_step`` all-reduce calls per step or more: with one bucket a larger cap
-    merges nothing; withheld otherwise), accumulation with no_sync, gradient compression,
-    static graph.
+    ``communication_significant`` of step time, for a DDP job: DDP bucket size (only when the
+    gradients span ``ddp_buckets_per_step`` all-reduce calls per step or more: with one bucket
+    a larger cap merges nothing; withheld otherwise), accumulation with no_sync, gradient
+    compression, static graph. For a sharded job (FSDP hooks in the trace, no DDP), FSDP's own
+    levers instead, cheapest first, each behind its evidence (:func:`_sharded`); DDP's are
+    withheld with that reason.
     """
 
     layer: Layer = "communication"
     prescribes = ("ddp.bucket_cap", "ddp.grad_accumulation", "ddp.comm_hook",
-                  "ddp.static_graph")
-    thresholds = (th.COMMUNICATION_SIGNIFICANT, th.SLOW_LINK_BUSBW, th.DDP_BUCKETS_PER_STEP)
+                  "ddp.static_graph", "fsdp.reshard_after_forward", "fsdp.mixed_precision",
+                  "fsdp.prefetch", "fsdp.wrap_granularity")
+    thresholds = (th.COMMUNICATION_SIGNIFICANT, th.SLOW_LINK_BUSBW, th.DDP_BUCKETS_PER_STEP,
+                  th.FSDP_REGATHER, th.FSDP_SMALL_ALL_GATHER, th.MEMORY_NEAR_CAPACITY,
+                  th.CPU_FAST_BF16)
 
     def judge(self, f: Facts) -> Verdict:
         return _communication(f)
@@ -75,7 +81,9 @@ def _communication(f: Facts) -> Verdict:
                                comparison="<", fired=True,
                                source=th.SLOW_LINK_BUSBW.source)]))
     ops = {c.op.lower().replace("_", "") for c in f.collectives}
-    if any("reducescatter" in o for o in ops):
+    if f.sharding is not None:
+        v.evidence.extend(_sharding_evidence(f.sharding))
+    elif any("reducescatter" in o for o in ops):
         v.findings.append(Finding(
             id="communication.sharded", severity="info", layer="communication",
             message="All-gather / reduce-scatter traffic: the model is sharded (FSDP / ZeRO). "
@@ -87,6 +95,9 @@ def _communication(f: Facts) -> Verdict:
     v.findings.append(Finding(
         id="communication.exposed", severity="warning", layer="communication",
         message=f"{share:.0%} of step time waits on collectives not hidden behind compute."))
+    if f.sharding is not None and not f.names_matching(_is_ddp):
+        _sharded(f, f.sharding, v)
+        return v
     buckets = _bucket_evidence(f)
     if buckets is not None and buckets.fired:
         v.remedies.append((BY_ID["ddp.bucket_cap"],
@@ -99,6 +110,100 @@ def _communication(f: Facts) -> Verdict:
     v.remedies.append((BY_ID["ddp.comm_hook"], "halve the bytes each all-reduce moves"))
     v.remedies.append((BY_ID["ddp.static_graph"], "better overlap with backward"))
     return v
+
+
+def _is_ddp(name: str) -> bool:
+    return name.startswith("DistributedDataParallel.forward")
+
+
+def _sharding_evidence(s: Sharding) -> list[Evidence]:
+    out = [Evidence(metric="fsdp_units", value=s.units,
+                    unit=f"sharded units ({s.kind}: "
+                         + ("fully_shard" if s.kind == "fsdp2" else "FullyShardedDataParallel")
+                         + ")")]
+    if s.all_gathers_per_step is not None:
+        out.append(Evidence(metric="fsdp_all_gathers_per_step", value=s.all_gathers_per_step,
+                            unit="all-gathers per step"))
+    if s.all_gather_hidden is not None:
+        out.append(Evidence(metric="fsdp_all_gather_hidden", value=s.all_gather_hidden,
+                            unit="share of all-gather time hidden behind compute (prefetch)"))
+    return out
+
+
+def _sharded(f: Facts, s: Sharding, v: Verdict) -> None:
+    """FSDP's levers, cheapest first:
+
+    * ``fsdp.reshard_after_forward`` when units are gathered again for backward (all-gathers
+      per unit and step at ``fsdp_regather``), unless a device's peak is at
+      ``memory_near_capacity`` (keeping parameters gathered costs their memory);
+    * ``fsdp.mixed_precision`` (bf16 gathers) on a GPU, or a CPU with native bf16
+      (``cpu_fast_bf16``);
+    * ``fsdp.prefetch`` on a GPU when less than half of the all-gather time is hidden (on a CPU,
+      gloo all-gathers are synchronous: nothing to prefetch behind);
+    * ``fsdp.wrap_granularity`` when all-gathers move less than ``fsdp_small_all_gather``.
+
+    DDP's remedies are withheld: the job has no DDP buckets to tune."""
+    for remedy in ("ddp.bucket_cap", "ddp.grad_accumulation", "ddp.comm_hook",
+                   "ddp.static_graph"):
+        v.withheld.append((BY_ID[remedy], f"the job shards with {s.kind.upper()}, not DDP", []))
+    units = max(s.units, 1)
+    if s.all_gathers_per_step is not None:
+        t = th.FSDP_REGATHER
+        per_unit = round(s.all_gathers_per_step / units, 2)
+        regather = Evidence(metric="fsdp_all_gathers_per_unit", value=per_unit,
+                            unit="all-gathers per sharded unit per step", threshold=t.value,
+                            comparison=">=", fired=per_unit >= t.value, source=t.source)
+        peaks = [e for e in _peak_evidence(f) if e.fired]
+        if regather.fired and not peaks:
+            v.remedies.append((BY_ID["fsdp.reshard_after_forward"],
+                               f"{per_unit:g} all-gathers per unit per step: each unit is "
+                               "gathered again for backward"))
+        else:
+            why = ("a device's peak memory is near capacity" if regather.fired else
+                   f"{per_unit:g} all-gathers per unit per step: units are not gathered twice")
+            v.withheld.append((BY_ID["fsdp.reshard_after_forward"], why, [regather, *peaks]))
+    if f.gpu:
+        v.remedies.append((BY_ID["fsdp.mixed_precision"], "halve the bytes each all-gather "
+                                                          "moves"))
+    else:
+        from torchtriage.diagnosis.rules.kernel import cpu_bf16_evidence
+
+        bf16 = cpu_bf16_evidence(f.machine)
+        if bf16.fired:
+            v.remedies.append((BY_ID["fsdp.mixed_precision"], "halve the bytes each all-gather "
+                                                              "moves; this CPU has native bf16"))
+        else:
+            v.withheld.append((BY_ID["fsdp.mixed_precision"], "bf16 math without native bf16 "
+                               "instructions costs more than the halved gathers save", [bf16]))
+    if f.gpu and s.all_gather_hidden is not None and s.all_gather_hidden < 0.5:
+        v.remedies.append((BY_ID["fsdp.prefetch"], f"only {s.all_gather_hidden:.0%} of the "
+                                                   "all-gather time is hidden behind compute"))
+    gathers = [c for c in f.collectives if "allgather" in c.op.lower().replace("_", "")
+               and c.bytes_per_call]
+    if gathers:
+        t = th.FSDP_SMALL_ALL_GATHER
+        mean = sum(c.bytes_per_call * c.count for c in gathers) / sum(c.count for c in gathers)
+        small = Evidence(metric="fsdp_all_gather_bytes", value=round(mean),
+                         unit="bytes per all-gather call", threshold=t.value, comparison="<",
+                         fired=mean < t.value, source=t.source)
+        v.evidence.append(small)
+        if small.fired:
+            v.remedies.append((BY_ID["fsdp.wrap_granularity"],
+                               f"{mean / 1e6:.1f} MB per all-gather: latency-bound calls"))
+
+
+def _peak_evidence(f: Facts) -> list[Evidence]:
+    """Each device's peak memory fraction against ``memory_near_capacity`` (where known)."""
+    t = th.MEMORY_NEAR_CAPACITY
+    out = []
+    for peak, capacity, _ in f.memory:
+        if capacity:
+            fraction = max(peak.peak_allocated, peak.peak_reserved) / capacity
+            out.append(Evidence(metric=f"peak_memory_fraction[{peak.device}]",
+                                value=round(fraction, 4), unit="of capacity",
+                                threshold=t.value, comparison=">=", fired=fraction >= t.value,
+                                source=t.source))
+    return out
 
 
 def _bucket_evidence(f: Facts) -> Evidence | None:
