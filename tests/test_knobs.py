@@ -79,7 +79,7 @@ def test_the_ladder_is_the_memory_prescriptions_in_cost_order():
                                       {"memory.grad_accumulation": 4})),
         ("memory.activation_checkpointing", ({"memory.activation_checkpointing": True},)),
         ("memory.bf16", ({"amp.bf16": True},)),
-        ("memory.fsdp", None),
+        ("memory.fsdp", ({"memory.fsdp": True},)),  # under DDP: shards in its place
     )
     costs = [BY_ID[p].cost for p, _ in ladder.rungs()]
     assert costs == sorted(costs)

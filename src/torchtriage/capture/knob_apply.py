@@ -350,11 +350,9 @@ class _AutocastRegion:
             context.__exit__(None, None, None)
 
 
-def _checkpoint_repeated_blocks(run: KnobHost, torch, root) -> None:
-    """Wrap each block of the largest run of same-class children (a ModuleList/Sequential of
-    layers) in torch.utils.checkpoint, non-reentrant."""
-    from torch.utils.checkpoint import checkpoint
-
+def repeated_blocks(root) -> list[Any]:
+    """The largest run of same-class children with parameters, at any depth (a ModuleList or
+    Sequential of layers): the blocks that activation checkpointing and FSDP work on."""
     best: list[Any] = []
     for container in root.modules():
         children = list(container.children())
@@ -366,6 +364,15 @@ def _checkpoint_repeated_blocks(run: KnobHost, torch, root) -> None:
                 if len(group) >= 2 and has_params and len(group) > len(best):
                     best = group
                 run_start = i
+    return best
+
+
+def _checkpoint_repeated_blocks(run: KnobHost, torch, root) -> None:
+    """Wrap each of the root's :func:`repeated_blocks` in torch.utils.checkpoint,
+    non-reentrant."""
+    from torch.utils.checkpoint import checkpoint
+
+    best = repeated_blocks(root)
     if not best:
         _checkpoint_sequential(run, torch, root)
         return
@@ -387,6 +394,8 @@ def _patch_ddp(run: KnobHost, torch) -> None:
 
     original = DistributedDataParallel.__init__
     arguments = _site_keywords(run, "ddp")
+    if run.knobs.get("memory.fsdp") is True:
+        _shard_instead_of_ddp(run, DistributedDataParallel)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         where = _where()
@@ -454,6 +463,57 @@ def _importable(importlib, name: str) -> bool:
     except ImportError:
         return False
     return True
+
+
+def _shard_instead_of_ddp(run: KnobHost, ddp_class) -> None:
+    """memory.fsdp: ``DistributedDataParallel(model, ...)`` returns ``model`` sharded with
+    FSDP2 instead: ``fully_shard`` on each of its :func:`repeated_blocks`, then on the root
+    (as torchtitan and the FSDP docs do), so that parameters, gradients and the optimizer
+    state built after it (over ``model.parameters()``) are split across the ranks. The module
+    keeps DDP's ``module`` (itself) and ``no_sync()`` (no gradient reduction inside) for
+    scripts that use them. Kept as DDP, with the reason noted, without FSDP2, without a
+    process group, or without repeated blocks (one shard of the whole model is no ladder rung:
+    it gathers everything at once)."""
+    from contextlib import contextmanager
+
+    original_new = ddp_class.__new__
+
+    def __new__(cls, module=None, *args: Any, **kwargs: Any):
+        where = _where()
+        blocks = repeated_blocks(module) if module is not None else []
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:
+            fully_shard = None
+        import torch.distributed as dist
+
+        why = ("this torch has no FSDP2 (torch.distributed.fsdp.fully_shard)"
+               if fully_shard is None else
+               "no process group is initialized" if not dist.is_initialized() else
+               "the model has no repeated block to shard" if not blocks else None)
+        if why:
+            run.note("memory.fsdp", False, f"DistributedDataParallel at {where} kept: {why}")
+            return original_new(cls)
+        name = type(blocks[0]).__name__  # fully_shard renames the class (FSDP<name>)
+        for block in blocks:
+            fully_shard(block)
+        fully_shard(module)
+
+        @contextmanager
+        def no_sync():
+            module.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:
+                module.set_requires_gradient_sync(True)
+
+        object.__setattr__(module, "no_sync", no_sync)
+        object.__setattr__(module, "module", module)
+        run.note("memory.fsdp", True, f"DistributedDataParallel at {where} replaced by "
+                 f"fully_shard on {len(blocks)} x {name} blocks and the root", where)
+        return module  # not a DistributedDataParallel: its __init__ does not run
+
+    ddp_class.__new__ = staticmethod(__new__)
 
 
 def _sync_last_micro_batch(run: KnobHost, ddp) -> None:

@@ -244,6 +244,16 @@ KNOBS: tuple[Knob, ...] = (
                  "default_hooks.{value}_compress_hook)`"),
          choices=("none", "bf16", "fp16"), numerics="low", exact_for=("none",),
          serves=(Serves("ddp.comm_hook", rule="comm_hook", needs="distributed"),)),
+    Knob("memory.fsdp", "bool",
+         "DistributedDataParallel(model) becomes FSDP2: fully_shard on each of the model's "
+         "repeated blocks, then on the root",
+         "ddp", _DDP,
+         by_hand("shard instead of DDP: replace `DistributedDataParallel(model)` by "
+                 "`for block in <the model's repeated blocks>: fully_shard(block)` and "
+                 "`fully_shard(model)` (from torch.distributed.fsdp), and build the optimizer "
+                 "after it, over `model.parameters()`"),
+         inert=(False,),
+         rungs=(Rung("memory.fsdp", (True,)),)),
     Knob("fsdp.reshard_after_forward", "bool",
          "fully_shard(reshard_after_forward=...) for every fully_shard call (FSDP2)",
          "fully_shard", _FULLY_SHARD, call("fully_shard"), keyword="reshard_after_forward",
@@ -273,8 +283,7 @@ NOT_INJECTED: dict[str, str] = {
 }
 # prescriptions that need a code change: reported with their catalog code (memory ones as
 # rungs of the memory ladder)
-CODE_CHANGES: tuple[str, ...] = ("kernel.custom", "memory.fsdp", "fsdp.prefetch",
-                                 "fsdp.wrap_granularity")
+CODE_CHANGES: tuple[str, ...] = ("kernel.custom", "fsdp.prefetch", "fsdp.wrap_granularity")
 
 
 def reseeds_workers(knobs: Mapping[str, Any]) -> bool:
