@@ -251,3 +251,38 @@ def test_a_full_disk_under_ab_out_is_one_line_not_an_internal_error(tmp_path, fu
     assert "nothing could be saved in" in stderr  # the trial says why it has no record
     assert stderr.strip().splitlines()[-1].startswith(
         "torchtriage: error: No space left on device"), stderr
+
+
+def test_a_killed_torchrun_rank_fails_the_job_and_keeps_every_rank_trace(tmp_path):
+    """One rank of a torchrun job is SIGKILLed after the window was profiled (as the OOM
+    killer does): torchrun stops the other, torchtriage says so in one line, exits 1, keeps
+    both ranks' traces and the job diagnosis, and leaves no process behind."""
+    out = tmp_path / "run"
+    proc = start(tmp_path, "run", "--out", out, "--", "torchrun", "--nproc_per_node=2",
+                 Path(__file__).parent / "scripts" / "ddp_state_heavy.py", "--steps", "100000",
+                 "--blocks", "2", "--width", "128")
+
+    def ranks() -> list[psutil.Process]:
+        return [p for p in alive(family(proc.pid))
+                if "ddp_state_heavy" in " ".join(p.cmdline()) and "torchrun" not in
+                " ".join(p.cmdline())]
+
+    wait_for(proc, lambda: (out / "window.rank1.json").exists() and len(ranks()) == 2,
+             tmp_path)
+    procs = family(proc.pid)
+    max(ranks(), key=lambda p: p.pid).kill()
+    try:
+        status = proc.wait(timeout=120)
+    finally:
+        survivors = alive(procs)
+        for p in survivors:
+            p.kill()
+    stderr = (tmp_path / "stderr").read_text()
+    assert status == 1 and not survivors, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"torchtriage: error: the command exited with code 1; recorded 2 trace(s), kept in "
+        f"{out}")
+    assert len(list(out.glob("rank*_*.pt.trace.json.gz"))) == 2
+    job = json.loads((out / "diagnosis.json").read_text())
+    assert job["schema"] == "torchtriage.job/1"
+    assert sorted(d["trace"]["rank"] for d in job["diagnoses"]) == [0, 1]
