@@ -146,6 +146,39 @@ def test_the_rule_names_the_branch_when_kernel_is_primary(tmp_path, body, branch
             assert f"{layer} {d.layers[layer].share:.1%} < {_named(t)}" in text
 
 
+def _contended(base):
+    # data_loading 8 %, kernel 88 % (>= compute_bound): the CPU pipeline's own workers
+    return [x("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", base + 100, 800,
+              cat="user_annotation"), x("aten::mm", base + 1_000, 8_800)]
+
+
+@pytest.mark.parametrize(("job_cores", "worker_cores", "primary", "branch"), [
+    (1.95, 1.6, "data_loading", "contended_compute"),  # the job's workers fill the cores
+    (1.95, 0.4, "kernel", "compute_bound"),  # the training process itself fills them
+    (1.0, 0.9, "kernel", "compute_bound"),  # half the cores idle: no contention of its own
+])
+def test_compute_slowed_by_the_jobs_own_workers_is_data_loading(tmp_path, job_cores,
+                                                                  worker_cores, primary, branch):
+    """3 CPU-bound DataLoader workers on 2 cores made a Linear(1024, 4) step run 30-90 ms:
+    kernel above compute_bound, verdict `kernel`. When the job's own processes saturate its
+    cores and its workers hold most of that CPU, the compute time is contention from its
+    loading, and data_loading (significant) is primary, with both figures in the rule."""
+    machine = {"samples": 20, "cores": 2, "cpu_busy_mean": 1.0, "cpu_busy_per_core": [1, 1],
+               "rss_max_bytes": 1, "child_processes": 3, "children_cpu_cores_mean":
+               worker_cores, "job_cpu_cores_mean": job_cores, "job_processes": 4,
+               "cores_available": 2.0, "cores_available_source": "affinity"}
+    d = diagnose(load_trace(write_trace(tmp_path / "t.json", _steps(4, _contended))),
+                 machine=machine)
+    assert d.layers["kernel"].share >= th.COMPUTE_BOUND.value
+    assert (d.primary, d.primary_rule.rule) == (primary, branch), d.primary_rule
+    if branch == "contended_compute":
+        assert f"(>= {_named(th.LOADER_CPU_SHARE)})" in d.primary_rule.reason
+        assert {e.metric for e in d.primary_rule.evidence} == {
+            "job_cpu_busy", "loader_cpu_share", "data_loading_share"}
+    # without machine samples (a trace from elsewhere) the rule cannot tell
+    assert diagnose(load_trace(tmp_path / "t.json")).primary == "kernel"
+
+
 def test_a_round_trip_keeps_the_rule(resnet):
     from torchtriage.diagnosis.result import decode_diagnosis
 

@@ -1,6 +1,9 @@
 """The primary-layer rule: which layer the verdict names, and why, in one line.
 
 ``memory`` when the run ran out of memory or a device's peak reached ``memory_near_capacity``;
+else, on a CPU-only job whose own processes saturate its cores (``cpu_saturated``) mostly with
+DataLoader workers (``loader_cpu_share`` of its CPU), ``data_loading`` when significant: the
+training process computes on cores its loading holds, so its compute time is contention;
 else ``kernel`` at ``compute_bound``; else the largest non-compute layer that reaches its
 significance threshold (it is what keeps the compute idle); else ``kernel``. So a smaller
 share can win (data loading at 35 % over kernels at 55 %): each verdict carries the branch
@@ -13,6 +16,7 @@ from __future__ import annotations
 from torchtriage.diagnosis import result as r
 from torchtriage.diagnosis import rules
 from torchtriage.diagnosis import thresholds as th
+from torchtriage.diagnosis.rules.data_loading import job_cpu_evidence
 from torchtriage.diagnosis.vocabulary import TIME_LAYERS
 
 # each time layer's significance: the share at which its prescriptions are listed and at which
@@ -38,6 +42,9 @@ def time_primary(facts: rules.Facts) -> tuple[str, str, r.PrimaryRule]:
     waste = sorted((x for x in TIME_LAYERS if x != "kernel"), key=lambda x: -facts.share(x))
     bound = rules.share_evidence("kernel_share", facts.share("kernel"), th.COMPUTE_BOUND)
     kernel = f"kernel {bound.value:.1%}"  # the rounded share, as the layer table shows it
+    contended = _contended_by_loading(facts)
+    if contended is not None:  # compared with the compute it slows down
+        return "data_loading", "kernel", contended
     if bound.fired:
         return "kernel", waste[0], r.PrimaryRule(
             rule="compute_bound", evidence=[bound],
@@ -60,6 +67,30 @@ def time_primary(facts: rules.Facts) -> tuple[str, str, r.PrimaryRule]:
                + ", ".join(f"{x} {checks[x].value:.1%} < {_named(SIGNIFICANT[x])}"
                            for x in waste)
                + "): kernel stays primary.")
+
+
+def _contended_by_loading(facts: rules.Facts) -> r.PrimaryRule | None:
+    """The contended-compute branch (see the module docstring), or None when it does not
+    apply: a GPU trace, no machine samples, cores not saturated by the job, workers using
+    less than ``loader_cpu_share`` of its CPU, or data loading below its significance."""
+    m = facts.machine
+    if facts.gpu or m is None or not m.job_cpu_cores_mean:
+        return None
+    busy = job_cpu_evidence(m)
+    workers = rules.share_evidence("loader_cpu_share", m.children_cpu_cores_mean
+                                   / m.job_cpu_cores_mean, th.LOADER_CPU_SHARE)
+    workers.unit = "of the job's CPU, used by its DataLoader workers (child processes)"
+    loading = rules.share_evidence("data_loading_share", facts.share("data_loading"),
+                                   th.DATA_LOADING_SIGNIFICANT)
+    if busy is None or not (busy.fired and workers.fired and loading.fired):
+        return None
+    return r.PrimaryRule(
+        rule="contended_compute", evidence=[busy, workers, loading],
+        reason=f"the job's own processes use {busy.value:.0%} of its cores (>= "
+               f"{_named(th.CPU_SATURATED)}), its DataLoader workers {workers.value:.0%} of that "
+               f"(>= {_named(th.LOADER_CPU_SHARE)}): the training process computes on cores "
+               f"its loading holds, so data_loading {loading.value:.1%} >= "
+               f"{_named(th.DATA_LOADING_SIGNIFICANT)} comes first whatever the kernel share.")
 
 
 def memory_primary(facts: rules.Facts, verdict: rules.Verdict

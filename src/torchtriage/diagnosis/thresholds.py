@@ -45,6 +45,14 @@ CPU_SATURATED = Threshold(
     "TraceML system policy (CPU high_at=80%) raised to 90% so that 'every core busy' means it; "
     "judged from the job's processes as train-doctor reports the trainer's own CPU use",
 )
+LOADER_CPU_SHARE = Threshold(
+    "loader_cpu_share", 0.5, "share of the job's CPU",
+    "on a CPU-only job whose own processes saturate its cores (cpu_saturated), DataLoader "
+    "workers using at least this share of the job's CPU make its compute time contention: "
+    "data loading is primary when significant, whatever the kernel share",
+    "torchtriage default: the workers then hold most of the cores the training process "
+    "computes on (seen: Linear(1024, 4) steps of 30-90 ms beside 3 CPU-bound workers on 2 cores)",
+)
 DATA_LOADING_SIGNIFICANT = Threshold(
     "data_loading_significant", 0.05, "share of step time",
     "data loading share at which DataLoader prescriptions are listed",
@@ -281,6 +289,7 @@ ALL: tuple[Threshold, ...] = (
     MEMORY_FRAGMENTATION,
     FRAGMENTATION_MIN_RESERVED,
     CPU_SATURATED,
+    LOADER_CPU_SHARE,
     DATA_LOADING_SIGNIFICANT,
     DATASET_GETITEM_SHARE,
     COMMUNICATION_SIGNIFICANT,
