@@ -508,3 +508,23 @@ def test_the_fix_report_names_a_fallback_knob_apart_from_its_prescription():
     text = fix_markdown(result)
     assert "| `optimizer.fused` | dropped | True: no\\_change 1.02x |" in text
     assert "| `optimizer.fused` | dropped | optimizer.foreach=True: no\\_change 1.00x |" in text
+
+
+@pytest.mark.parametrize(("verdict", "speedup", "confirmed"), [
+    ("faster", 1.8, True), ("no_change", 0.49, False), ("slower", 0.7, False)])
+def test_the_summary_never_calls_an_unconfirmed_final_configuration_faster(verdict, speedup,
+                                                                          confirmed):
+    """Seen on word_language_model: compile won its own A/B (6.62x [1.53-22.81] on a busy
+    machine) and the final A/B against the original said 0.49x, no_change; the summary read
+    "0.49x faster than the original"."""
+    from torchtriage.fix.loop import _summary
+    from torchtriage.results.fix import FixResult
+
+    r = FixResult(summary="", command=["python", "main.py"],
+                  kept=[{"knob": "compile.mode", "value": "default"}], speedup=speedup,
+                  ci_low=speedup * 0.8, ci_high=speedup * 1.2, verdict=verdict, steps=[],
+                  rounds=[], stopped_because="the budget is spent", budget_s=240,
+                  elapsed_s=230, trials_run=9)
+    text = _summary(r)
+    assert ("faster than the original" in text) == confirmed, text
+    assert confirmed or "does not confirm a gain" in text

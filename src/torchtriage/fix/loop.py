@@ -589,6 +589,11 @@ def _summary(r: FixResult) -> str:
                 f"(profiled){peak}; stopped because {r.stopped_because}.")
     if r.speedup is None:
         return f"kept {kept}; stopped because {r.stopped_because}."
+    interval = f"{r.speedup:.2f}x ({r.ci_low:.2f}-{r.ci_high:.2f}x, {r.verdict})"
+    if r.verdict != "faster":  # each fix won its own A/B; together they did not
+        return (f"kept {kept}, but the final A/B against the original does not confirm a gain: "
+                f"{interval}; measure again (more --trials, a quieter machine) before adopting "
+                f"it; stopped because {r.stopped_because}.")
     return (f"kept {kept}: {r.speedup:.2f}x faster than the original ({r.ci_low:.2f}-"
             f"{r.ci_high:.2f}x, {r.verdict}); stopped because {r.stopped_because}.")
 
