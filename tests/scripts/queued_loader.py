@@ -2,7 +2,8 @@
 (16 batches in flight), 200 ms of (sleeping) I/O per batch per worker against ~40 ms of
 compute, and a 2.5 s pause before training (a sanity check, say) in which the workers fill the
 queue. The first 16 or so steps run at compute speed (kernel-bound); steady state is
-loading-bound."""
+loading-bound. ``--pause-at N`` pauses before step N instead (a validation pass mid-run): the
+16 steps after it hide the loader again."""
 
 import argparse
 import time
@@ -26,6 +27,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--pause", type=float, default=2.5)
+    p.add_argument("--pause-at", type=int, default=0, help="the step the pause comes before")
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -34,8 +36,9 @@ if __name__ == "__main__":
     model = torch.nn.Sequential(*layers, torch.nn.Linear(1024, 1))
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     batches = iter(loader)
-    time.sleep(args.pause)  # the workers fill the queue meanwhile
-    for _ in range(args.steps):
+    for step in range(args.steps):
+        if step == args.pause_at:
+            time.sleep(args.pause)  # the workers fill the queue meanwhile
         x, y = next(batches)
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
