@@ -143,9 +143,6 @@ def _sharded(f: Facts, s: Sharding, v: Verdict) -> None:
     * ``fsdp.wrap_granularity`` when all-gathers move less than ``fsdp_small_all_gather``.
 
     DDP's remedies are withheld: the job has no DDP buckets to tune."""
-    for remedy in ("ddp.bucket_cap", "ddp.grad_accumulation", "ddp.comm_hook",
-                   "ddp.static_graph"):
-        v.withheld.append((BY_ID[remedy], f"the job shards with {s.kind.upper()}, not DDP", []))
     units = max(s.units, 1)
     if s.all_gathers_per_step is not None:
         t = th.FSDP_REGATHER
@@ -190,6 +187,9 @@ def _sharded(f: Facts, s: Sharding, v: Verdict) -> None:
         if small.fired:
             v.remedies.append((BY_ID["fsdp.wrap_granularity"],
                                f"{mean / 1e6:.1f} MB per all-gather: latency-bound calls"))
+    for remedy in ("ddp.bucket_cap", "ddp.grad_accumulation", "ddp.comm_hook",
+                   "ddp.static_graph"):  # last: FSDP's own withheld levers come first
+        v.withheld.append((BY_ID[remedy], f"the job shards with {s.kind.upper()}, not DDP", []))
 
 
 def _peak_evidence(f: Facts) -> list[Evidence]:
