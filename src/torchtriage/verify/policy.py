@@ -95,7 +95,7 @@ OUTLIER_MAX_SHARE = Threshold(
 )
 OUTLIER_TRIAL_RATIO = Threshold(
     "outlier_trial_ratio", 1.5, "x step time",
-    "an A/B trial whose mean step differs by more than this factor from the median of its "
+    "an A/B trial whose mean step is slower by more than this factor than the median of its "
     "arm's other trials (at least two), while those others agree among themselves (see "
     "`outlier_trial_spread`), is an outlier trial: reported, left out of the interval, and "
     "replaced by one more trial of its arm; at most one per arm",

@@ -99,10 +99,13 @@ def outliers(step_ms: Sequence[float]) -> np.ndarray:
 def outlier_trial(means_ms: Sequence[float]) -> int | None:
     """Index of the one outlier trial among an arm's trial means, or None.
 
-    Leave-one-out: trial i is the outlier when ``d_i = |log(t_i / median(others))|`` exceeds
-    ``log(OUTLIER_TRIAL_RATIO)`` and ``OUTLIER_TRIAL_SPREAD`` x the largest ``d_j`` of the others
-    against that same median; of several such trials, the farthest. Needs at least three
-    trials (two that agree to judge the third by)."""
+    Leave-one-out: trial i is the outlier when it is *slower* than the median of the others,
+    by ``d_i = log(t_i / median(others))`` over ``log(OUTLIER_TRIAL_RATIO)`` and over
+    ``OUTLIER_TRIAL_SPREAD`` x the largest ``|d_j|`` of the others against that same median; of
+    several such trials, the farthest. Only a slower trial: disturbances (another job, a cold
+    cache, swapping) slow a process down, so a trial far *faster* than its siblings means the
+    siblings were the disturbed ones, and none is set aside (the interval stays wide). Needs
+    at least three trials (two that agree to judge the third by)."""
     t = np.log(np.asarray(means_ms, dtype=float))
     if t.size < 3:
         return None
@@ -110,7 +113,7 @@ def outlier_trial(means_ms: Sequence[float]) -> int | None:
     for i in range(t.size):
         others = np.delete(t, i)
         centre = float(np.median(others))
-        d = abs(float(t[i]) - centre)
+        d = float(t[i]) - centre  # > 0: slower than the others
         spread = float(np.max(np.abs(others - centre)))
         if (d > np.log(policy.OUTLIER_TRIAL_RATIO.value)
                 and d > policy.OUTLIER_TRIAL_SPREAD.value * spread and d > best_d):
