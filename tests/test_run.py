@@ -156,6 +156,28 @@ def test_bf16_wraps_the_forward_and_the_loss(tmp_path):
     assert "c10::BFloat16" in text and '"aten::binary_cross_entropy"' in text
 
 
+def test_json_keeps_stdout_for_the_diagnosis_and_the_scripts_output_on_stderr(tmp_path):
+    """`run --json` dropped the script's own stdout (nanoGPT's "iter ..." lines): it goes to
+    stderr now, and stdout is the diagnosis alone."""
+    script = tmp_path / "chatty.py"
+    script.write_text(TINY_LOOP_PRINTING)
+    proc, out = run(tmp_path, "--json", "--steps", "12", "--", "python", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["schema"] == "torchtriage.diagnosis/1"
+    assert "iter 0: loss" in proc.stderr and "iter 10: loss" in proc.stderr
+
+
+TINY_LOOP_PRINTING = """
+import torch
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(40):
+    loss = model(torch.randn(4, 8)).pow(2).mean()
+    loss.backward(); opt.step(); opt.zero_grad()
+    print(f"iter {i}: loss {loss.item():.3f}", flush=True)
+"""
+
+
 def test_crash_keeps_the_trace_and_fails(tmp_path):
     proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "two_optimizers.py"), "crash")
     assert proc.returncode == 1

@@ -87,7 +87,7 @@ def run_command(
     config: RunConfig,
     *,
     timeout: float | None = None,
-    quiet_output: bool = False,
+    stdout_to_stderr: bool = False,
     log: Path | None = None,
     on_window: Callable[[Path, list[WindowCheck]], None] | None = None,
 ) -> RunResult:
@@ -101,7 +101,8 @@ def run_command(
 
     Args:
         timeout: seconds before the command is stopped (SIGTERM, then SIGKILL).
-        quiet_output: send the command's stdout to /dev/null.
+        stdout_to_stderr: send the command's stdout to torchtriage's stderr (``--json``
+            keeps stdout for the JSON document; the script's output is not lost).
         log: send the command's stdout and stderr to this file instead of the terminal.
         on_window: called once, while the command goes on training, when a single-process
             run has profiled and checked its window (``window.rank0.json``), with the run
@@ -122,8 +123,8 @@ def run_command(
     with contextlib.ExitStack() as files:
         if log is not None:
             stdout = stderr = files.enter_context(open(log, "wb"))
-        elif quiet_output:
-            stdout = subprocess.DEVNULL
+        elif stdout_to_stderr:
+            stdout = sys.stderr.fileno()
         files.enter_context(interrupt.forwarding(defer=True, convert=False))
         files.enter_context(interrupt.waiting_on_command())
         try:

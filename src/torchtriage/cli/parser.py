@@ -225,7 +225,8 @@ def build_parser() -> Parser:
                         "checked (a long job's diagnosis, then exit).")
     timeout(p, "Stop the command after S seconds, keeping what was recorded.")
     knob(p, "Apply a knob (repeatable); see `torchtriage knobs`.")
-    as_json(p)
+    as_json(p, "Print the diagnosis as JSON on stdout (the script's own output goes to "
+               "stderr).")
     device_memory(p)
     top(p)
     store(p)

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = run_command(command, config, timeout=args.timeout,
-                             quiet_output=args.json_out,
+                             stdout_to_stderr=args.json_out,
                              on_window=window_done if steps is None and not args.json_out
                              and not args.stop_after_window else None)
     except TorchtriageError as exc:  # a command not found, --out a file: the row says so
