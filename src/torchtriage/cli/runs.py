@@ -50,6 +50,7 @@ def demo(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Profile an unmodified script."""
+    from torchtriage.capture.machine import cpu_facts
     from torchtriage.capture.runner import (
         describe_failure,
         python_command,
@@ -82,9 +83,10 @@ def run(args: argparse.Namespace) -> int:
         """A long run (no --steps): the window's verdict now, while training goes on."""
         traces = [p for p in run_dir.iterdir() if p.name.startswith("rank0_")
                   and p.name.endswith((".json", ".json.gz"))]
+        # this machine's CPU facts (the bf16 gate reads them); the samples come at exit
         doc = diagnose_traces(traces, DiagnoseOptions(device_memory=device_memory,
                                                       top=args.top, windows={0: checks},
-                                                      workers=1))
+                                                      machine={0: cpu_facts()}, workers=1))
         (run_dir / "diagnosis.json").write_text(doc.to_json() + "\n")
         early.append(doc)
         out.print(renderable(doc))
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
                         doc.to_dict() if doc else None)
     if args.json_out and doc is not None:
         write_json(doc)
-    elif doc is not None and early and doc.primary == early[0].primary:
+    elif doc is not None and early and _verdict(doc) == _verdict(early[0]):
         out.print(f"[dim]final diagnosis: {doc.primary} (as above), "
                   f"{out_dir / 'diagnosis.json'}[/dim]")
     elif doc is not None:
@@ -207,3 +209,9 @@ def fix(args: argparse.Namespace) -> int:
 def _min_measure(args: argparse.Namespace) -> dict[str, float]:
     """``--min-measure-s`` when given (else TrialSettings' default)."""
     return {} if args.min_measure_s is None else {"min_measure_s": args.min_measure_s}
+
+
+def _verdict(doc) -> tuple[str, list[str]]:
+    """What the user acts on: the primary layer and the prescriptions, in order (a final
+    diagnosis that differs in either is printed again in full, never "as above")."""
+    return doc.primary, [p.id for p in getattr(doc, "prescriptions", [])]
