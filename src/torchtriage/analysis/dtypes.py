@@ -5,12 +5,16 @@ autocast. Host ops: record_shapes writes each op's ``Input type`` ("double" for 
 tensor, "Scalar" for a Python number); ingest keeps it right after the op's ``Input Dims`` in
 the shapes blob (see :meth:`~torchtriage.trace.model.EventTable.input_types_span`). The share
 is the self time of ops in the analysed steps with a float64 tensor input over the self time of
-all ops there. Device kernels: the kernel time of kernels whose names say double precision
-(``dgemm``, ``double``, ``f64``) over all kernel time.
+all ops there. A 0-dim "double" input is a Python number wrapped by the op (``x.mul_(0.5)``
+records ``["float", "double"]`` with dims ``[[256, 512], []]``): the op runs in float32, so an
+op counts only when one of its double inputs has dimensions. Device kernels: the kernel time
+of kernels whose names say double precision (``dgemm``, ``double``, ``f64``) over all kernel
+time.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -44,8 +48,22 @@ def float64_share_host(trace: Trace, steps: StepWindows, nesting: OpNesting) -> 
         ok = at >= 0
         at, found = at[ok], hits[ok]
         inside = found < end[typed][at]
-        double[typed[at[inside]]] = True
+        for row in np.unique(typed[at[inside]]):
+            double[row] = _has_double_tensor(ev, int(row), int(start[row]), int(end[row]))
     return float(self_us[double[rows]].sum()) / total
+
+
+def _has_double_tensor(ev, row: int, start: int, end: int) -> bool:
+    """Whether one of the op's "double" inputs is a tensor with dimensions (not a wrapped
+    Python number); True when the blob cannot be read that finely."""
+    try:
+        types = json.loads(ev.shapes_blob[start:end])
+        dims = json.loads(ev.input_dims(row) or b"[]")
+    except ValueError:
+        return True
+    if not isinstance(types, list) or not isinstance(dims, list) or len(types) != len(dims):
+        return True
+    return any(t == "double" and d != [] for t, d in zip(types, dims, strict=True))
 
 
 def float64_share_device(trace: Trace, steps: StepWindows) -> float | None:
