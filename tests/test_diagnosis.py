@@ -369,3 +369,22 @@ def test_out_of_memory_without_a_trace_reads_the_error():
                                              "memory", step=1), device_memory=2**30)
     assert cpu.primary == "memory" and cpu.trace.mode == "cpu"
     assert "memory.expandable_segments" not in [p.id for p in cpu.prescriptions]
+
+
+def test_a_busy_machine_is_said_and_lowers_the_confidence(tmp_path):
+    """HF Trainer on a 2-core machine where another session held ~1 core: the run printed
+    "used 1.01 of the 2 cores ... 99% busy (other processes included)" and said confidence
+    high. The diagnosis now warns and lowers the confidence one level; a quiet machine does
+    not."""
+    trace = load_trace(write_trace(tmp_path / "t.json", _steps(4, lambda base: [
+        x("aten::mm", base + 100, 9_500)])))
+    busy = {**_MACHINE, "samples": 20, "cores": 2, "cpu_busy_mean": 0.99,
+            "job_cpu_cores_mean": 1.01, "cores_available": 2.0}
+    quiet = {**busy, "cpu_busy_mean": 0.52}
+    calm, loaded = diagnose(trace, machine=quiet), diagnose(trace, machine=busy)
+    assert "machine.contended" not in {f.id for f in calm.findings}
+    (finding,) = [f for f in loaded.findings if f.id == "machine.contended"]
+    assert "Other processes used 0.97 of the 2 cores" in finding.message
+    assert finding.evidence[0].threshold == th.MACHINE_CONTENDED.value
+    levels = ["low", "medium", "high"]
+    assert levels.index(loaded.confidence) == levels.index(calm.confidence) - 1

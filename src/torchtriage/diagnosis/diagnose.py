@@ -30,6 +30,7 @@ from torchtriage.diagnosis import result as r
 from torchtriage.diagnosis import rules
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import COST_LABELS, Remedy
+from torchtriage.diagnosis.contention import contention_finding
 from torchtriage.diagnosis.dataset import dataset_verdict
 from torchtriage.diagnosis.primary import (
     SIGNIFICANT,
@@ -97,8 +98,14 @@ def diagnose(
     if (timing := dq.finding(trace, quality)) is not None:
         findings.insert(0, timing)
     window = windows[-1] if windows else None
-    if window is not None and window.representative is False:
-        confidence = CONFIDENCE_LEVELS[max(CONFIDENCE_LEVELS.index(confidence) - 1, 0)]
+    contended = contention_finding(facts.machine)
+    # (a busy machine slows steps, it does not change a memory peak)
+    for lowered in (window is not None and window.representative is False,
+                    contended is not None and primary != "memory"):
+        if lowered:
+            confidence = CONFIDENCE_LEVELS[max(CONFIDENCE_LEVELS.index(confidence) - 1, 0)]
+    if contended is not None:
+        findings.insert(0, contended)
     findings.extend(_window_findings(windows or []))
     for layer in (primary, *[x for x in ("memory", *ranked) if x != primary]):
         findings.extend(verdicts[layer].findings)

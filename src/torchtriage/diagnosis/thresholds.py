@@ -45,6 +45,13 @@ CPU_SATURATED = Threshold(
     "TraceML system policy (CPU high_at=80%) raised to 90% so that 'every core busy' means it; "
     "judged from the job's processes as train-doctor reports the trainer's own CPU use",
 )
+MACHINE_CONTENDED = Threshold(
+    "machine_contended", 0.25, "share of the cores the job may use",
+    "other processes' CPU use while the job ran at which the diagnosis warns that its timings "
+    "were contended and lowers its confidence one level",
+    "torchtriage default: seen on a 2-core machine where another test session held ~1 core: "
+    "the same 80-step script took 6 s, 20 s and 47 s",
+)
 LOADER_CPU_SHARE = Threshold(
     "loader_cpu_share", 0.5, "share of the job's CPU",
     "on a CPU-only job whose own processes saturate its cores (cpu_saturated), DataLoader "
@@ -289,6 +296,7 @@ ALL: tuple[Threshold, ...] = (
     MEMORY_FRAGMENTATION,
     FRAGMENTATION_MIN_RESERVED,
     CPU_SATURATED,
+    MACHINE_CONTENDED,
     LOADER_CPU_SHARE,
     DATA_LOADING_SIGNIFICANT,
     DATASET_GETITEM_SHARE,
