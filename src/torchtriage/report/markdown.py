@@ -50,8 +50,9 @@ def diagnosis_markdown(doc: Diagnosis | JobDiagnosis) -> str:
     for d in diagnoses:
         rank = f" (rank {d.trace.rank})" if d.trace.rank is not None and len(diagnoses) > 1 \
             else ""
+        over = f"ms (over {len(d.trace.steps_analyzed)} steps)"
         lines += [f"### Bottleneck{rank}: **{d.primary}** (confidence {d.confidence})", "",
-                  prose(d.summary), "", "| layer | share | ms |", "|---|---|---|"]
+                  prose(d.summary), "", f"| layer | share | {over} |", "|---|---|---|"]
         lines += [f"| {layer} | {r.share:.1%} | {r.time_ms:.1f} |"
                   for layer, r in d.layers.items()]
         if d.primary_rule is not None:

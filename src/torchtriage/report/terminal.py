@@ -127,8 +127,10 @@ class _Layers:
     def _table(self, room: int | None = None) -> Table:
         """The shares, with the evidence column when ``room`` (its width) is given."""
         d = self.d
-        table = Table(title="Where the step time goes, by layer", box=box.SIMPLE_HEAD,
-                      title_justify="left")
+        steps = len(d.trace.steps_analyzed)
+        table = Table(title=f"Where the step time goes, by layer (ms over {steps} "
+                            f"step{'s' if steps != 1 else ''})",
+                      box=box.SIMPLE_HEAD, title_justify="left")
         table.add_column("layer")
         table.add_column("share", justify="right")
         table.add_column("")
