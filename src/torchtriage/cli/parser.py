@@ -270,8 +270,8 @@ def build_parser() -> Parser:
     p = command("fix", "runs:fix",
                 "Diagnose, try the bottleneck's fixes cheapest first, keep what an A/B "
                 "proves:\ntorchtriage fix --out DIR -- python train.py ARGS.")
-    out(p, "torchtriage-fix", "Directory for fix.json, fix.md, fix.patch and every profile "
-        "and A/B")
+    out(p, "torchtriage-fix", "Directory for fix.json, fix.md, fix.patch (when a kept fix is "
+        "a code edit) and every profile and A/B")
     p.add_argument("--budget", default="10m", metavar="DURATION",
                    help="Wall-clock budget, e.g. 90s, 10m, 1h (default 10m).")
     p.add_argument("--layers", type=layer_list, default=None, metavar="LAYER[,LAYER]",

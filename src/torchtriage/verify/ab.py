@@ -118,6 +118,7 @@ def run_ab(
                 label = _label(arm, {k: v for k, v in knobs.items() if base.get(k) != v},
                                candidate)
                 fresh += 1
+                total = max(total, fresh)  # an outlier trial's replacement is one more
                 if progress:
                     progress(label, fresh, total, None)
                 idx = sum(t.arm == arm for t in done) + 1
