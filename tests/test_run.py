@@ -161,7 +161,7 @@ def test_json_keeps_stdout_for_the_diagnosis_and_the_scripts_output_on_stderr(tm
     stderr now, and stdout is the diagnosis alone."""
     script = tmp_path / "chatty.py"
     script.write_text(TINY_LOOP_PRINTING)
-    proc, out = run(tmp_path, "--json", "--steps", "12", "--", "python", str(script))
+    proc, _ = run(tmp_path, "--json", "--steps", "12", "--", "python", str(script))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["schema"] == "torchtriage.diagnosis/1"
     assert "iter 0: loss" in proc.stderr and "iter 10: loss" in proc.stderr
