@@ -3,6 +3,7 @@ preprocessing (one worker per core left a core idle now and then while a worker 
 hand over its batch)."""
 
 import os
+import sys
 
 import numpy as np
 import torch
@@ -25,9 +26,10 @@ if __name__ == "__main__":
     model = torch.nn.Linear(1024, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = DataLoader(Heavy(), batch_size=16, num_workers=(os.cpu_count() or 2) + 1)
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     for step, (x, y) in enumerate(loader):
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         opt.zero_grad()
-        if step == 39:
+        if step == steps - 1:
             break
