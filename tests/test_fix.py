@@ -179,6 +179,29 @@ def test_memory_ladder_splits_dataloader_batches_before_anything_dearer(tmp_path
     assert any("batch_size" in line and "accumulate" in line for line in result["instructions"])
 
 
+def test_memory_ladder_shards_a_state_heavy_ddp_job_when_nothing_cheaper_fits(tmp_path):
+    """A DDP job whose parameters, gradients and Adam state fill a 140 MiB stand-in device
+    (4 gloo ranks): accumulation cannot apply (no DataLoader), checkpointing and bf16
+    activations do not lower the peak; sharding the state with FSDP2 in DDP's place does, with
+    DDP's losses. (On 2 ranks FSDP2's transient buffers on gloo outweigh the halved state.)"""
+    proc, result, _ = fix(tmp_path, *MEMORY_ONLY, "--budget", "6m", "--device-memory",
+                          "140MiB", "--", "torchrun", "--nproc_per_node=4",
+                          str(SCRIPTS / "ddp_state_heavy.py"), "--steps", "1000")
+    assert proc.returncode == 0, proc.stderr
+    before = result["rounds"][0]
+    assert before["primary"] == "memory" and before["peak_fraction"] >= 0.9, before
+    ladder = {s["prescription"]: s for s in result["steps"] if s["layer"] == "memory"}
+    assert ladder["memory.grad_accumulation"]["result"] == "not_applicable"
+    assert ladder["memory.activation_checkpointing"]["result"] == "does_not_fit"
+    assert ladder["memory.bf16"]["result"] in ("does_not_fit", "dropped")
+    rung = ladder["memory.fsdp"]
+    assert rung["result"] == "kept", rung
+    attempt = rung["attempts"][0]
+    assert attempt["parity"] == "pass" and attempt["peak_fraction"] < 0.9, attempt
+    assert result["kept"] == [{"knob": "memory.fsdp", "value": True}]
+    assert any("fully_shard" in line for line in result["instructions"])
+
+
 def test_a_rung_that_moves_random_draws_into_workers_is_judged_by_their_spread():
     """Gradient accumulation under DataLoader workers hands each micro-batch to another
     worker: a seeded script's augmentation changes. When the rung's losses part from the
