@@ -62,10 +62,11 @@ def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
     return out
 
 
-def stop(proc: subprocess.Popen, signum: int) -> tuple[int, list[psutil.Process]]:
-    """Send ``signum`` to torchtriage: its exit status, and what of its family outlived it."""
+def after(proc: subprocess.Popen, act: Callable[[], None]) -> tuple[int, list[psutil.Process]]:
+    """Do ``act`` (a signal to torchtriage, a kill of one of its processes): torchtriage's
+    exit status, and what of its family outlived it."""
     procs = family(proc.pid)
-    proc.send_signal(signum)
+    act()
     try:
         code = proc.wait(timeout=120)
     finally:
@@ -73,6 +74,11 @@ def stop(proc: subprocess.Popen, signum: int) -> tuple[int, list[psutil.Process]
         for p in survivors:  # never leave them to the next test
             p.kill()
     return code, survivors
+
+
+def stop(proc: subprocess.Popen, signum: int) -> tuple[int, list[psutil.Process]]:
+    """Send ``signum`` to torchtriage: its exit status, and what of its family outlived it."""
+    return after(proc, lambda: proc.send_signal(signum))
 
 
 def workers_running(pid: int) -> bool:
@@ -164,13 +170,7 @@ def test_a_killed_dataloader_worker_fails_the_run_and_keeps_what_was_recorded(tm
     procs = family(proc.pid)
     script = next(p for p in alive(procs) if p.ppid() == proc.pid)
     worker = next(p for p in alive(procs) if p.ppid() == script.pid)
-    worker.kill()
-    try:
-        status = proc.wait(timeout=120)
-    finally:
-        survivors = alive(procs)
-        for p in survivors:
-            p.kill()
+    status, survivors = after(proc, worker.kill)
     stderr = (tmp_path / "stderr").read_text()
     assert status == 1 and not survivors, stderr
     assert stderr.strip().splitlines()[-1] == (
@@ -269,14 +269,7 @@ def test_a_killed_torchrun_rank_fails_the_job_and_keeps_every_rank_trace(tmp_pat
 
     wait_for(proc, lambda: (out / "window.rank1.json").exists() and len(ranks()) == 2,
              tmp_path)
-    procs = family(proc.pid)
-    max(ranks(), key=lambda p: p.pid).kill()
-    try:
-        status = proc.wait(timeout=120)
-    finally:
-        survivors = alive(procs)
-        for p in survivors:
-            p.kill()
+    status, survivors = after(proc, max(ranks(), key=lambda p: p.pid).kill)
     stderr = (tmp_path / "stderr").read_text()
     assert status == 1 and not survivors, stderr
     assert stderr.strip().splitlines()[-1] == (

@@ -80,6 +80,12 @@ def is_host_communication(name: str) -> bool:
     return name.startswith(_COMM_HOST)
 
 
+def on_training_thread(trace: Trace, main_thread: int) -> np.ndarray:
+    """Row mask of the training thread's events (every row when it is not known: -1)."""
+    ev = trace.events
+    return ev.thread_id == main_thread if main_thread >= 0 else np.ones(len(ev), dtype=bool)
+
+
 def is_fsdp(name: str) -> bool:
     """An FSDP (fully_shard or FullyShardedDataParallel) hook range."""
     return name.startswith((FSDP2_PREFIX, FSDP1_PREFIX))
@@ -165,7 +171,7 @@ def communication_intervals(trace: Trace, masks: dict[str, np.ndarray], main_thr
     its pre-forward hook, and for the next one's in a backward node)."""
     ev = trace.events
     host = np.isin(ev.kind, HOST_KINDS)
-    on_main = ev.thread_id == main_thread if main_thread >= 0 else np.ones(len(ev), dtype=bool)
+    on_main = on_training_thread(trace, main_thread)
     own = host & on_main & (masks["communication"] | ev.name_mask(is_sharding_communication))
     other = masks["communication"] & ~on_main
     busy = np.zeros(len(ev), dtype=bool)
@@ -198,7 +204,7 @@ def category_masks(trace: Trace, main_thread: int) -> dict[str, np.ndarray]:
     optimizer = host & ev.name_mask(lambda n: n.startswith(_OPTIMIZER))
     backward = host & ev.name_mask(_BACKWARD.search)
     comm = host & ev.name_mask(is_host_communication)
-    on_main = ev.thread_id == main_thread if main_thread >= 0 else np.ones(len(ev), dtype=bool)
+    on_main = on_training_thread(trace, main_thread)
     return {
         "data_loading": dataloader,
         "optimizer": optimizer,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from typing import Literal
 
 import msgspec
 
@@ -37,13 +38,22 @@ class CollectiveStats(msgspec.Struct, frozen=True):
     busbw_gbps: float | None
 
 
+CollectiveKind = Literal["allreduce", "allgather", "reducescatter", "alltoall"]
+
+
+def is_collective(name: str, kind: CollectiveKind) -> bool:
+    """Whether a collective's name (an op, an NCCL kernel, a gloo range) is of ``kind``,
+    whatever its case and underscores (``all_gather_into_tensor``, ``gloo:all_gather``,
+    ``ncclDevKernel_AllGather_RING``)."""
+    return kind in name.lower().replace("_", "")
+
+
 def _factor(op: str, n: int) -> float:
-    op = op.lower().replace("_", "")
     if n <= 1:
         return 1.0
-    if "allreduce" in op:
+    if is_collective(op, "allreduce"):
         return 2 * (n - 1) / n
-    if any(k in op for k in ("allgather", "reducescatter", "alltoall")):
+    if any(is_collective(op, k) for k in ("allgather", "reducescatter", "alltoall")):
         return (n - 1) / n
     return 1.0
 

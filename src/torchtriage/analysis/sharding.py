@@ -32,14 +32,19 @@ from torchtriage.analysis.categories import (
     is_communication_kernel,
     is_host_communication,
     is_sharding_communication,
+    on_training_thread,
 )
-from torchtriage.analysis.collectives import CollectiveStats
+from torchtriage.analysis.collectives import CollectiveStats, is_collective
 from torchtriage.analysis.intervals import covered_within, merge, subtract
 from torchtriage.analysis.ops import in_steps
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import HOST_KINDS, EventKind, Trace
 
 FsdpKind = Literal["fsdp2", "fsdp1"]
+
+
+def _is_gather(name: str) -> bool:
+    return is_collective(name, "allgather")
 _FSDP2_UNIT = FSDP2_PREFIX + "pre_forward"
 _FSDP2_GATHER = FSDP2_PREFIX + "all_gather"
 _FSDP1_UNIT = FSDP1_PREFIX + "_pre_forward"
@@ -53,11 +58,6 @@ class Sharding(msgspec.Struct, frozen=True):
     all_gathers_per_step: float | None  # None when the trace does not tell
     all_gather_us: float  # all-gather work within the analysed steps
     all_gather_hidden: float | None  # share of it covered by compute (None without any)
-
-
-def _is_gather(name: str) -> bool:
-    low = name.lower().replace("_", "")
-    return "allgather" in low
 
 
 def sharding(trace: Trace, steps: StepWindows, collectives: list[CollectiveStats],
@@ -82,7 +82,7 @@ def sharding(trace: Trace, steps: StepWindows, collectives: list[CollectiveStats
     else:
         calls = host & inside & ev.name_mask(lambda n: n == _FSDP1_UNIT)
         units = round(int(calls.sum()) / n_steps)
-        rows = [c for c in collectives if _is_gather(c.op)]
+        rows = [c for c in collectives if is_collective(c.op, "allgather")]
         per_step = round(sum(c.per_step for c in rows), 2) if rows else None
     if trace.has_device_activity:
         kernel = ev.kind == EventKind.KERNEL
@@ -90,7 +90,7 @@ def sharding(trace: Trace, steps: StepWindows, collectives: list[CollectiveStats
         gather = comm & ev.name_mask(_is_gather)
         cs, ce = merge(ev.ts[kernel & ~comm], ev.end[kernel & ~comm])
     else:
-        on_main = ev.thread_id == main_thread
+        on_main = on_training_thread(trace, main_thread)
         gather = host & ~on_main & ev.name_mask(is_host_communication) & ev.name_mask(_is_gather)
         hooks = host & on_main & ev.name_mask(
             lambda n: is_sharding_communication(n) or is_host_communication(n))

@@ -428,11 +428,16 @@ def _patch_fully_shard(run: KnobHost, torch) -> None:
     homes) before the script runs; a call that sets ``mp_policy`` itself keeps it."""
     import importlib
 
-    homes = [m for m in ("torch.distributed.fsdp", "torch.distributed.fsdp._fully_shard",
-                         "torch.distributed._composable.fsdp") if _importable(importlib, m)]
-    if not homes:
+    homes = []
+    for name in ("torch.distributed.fsdp", "torch.distributed.fsdp._fully_shard",
+                 "torch.distributed._composable.fsdp"):
+        try:
+            homes.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    fsdp = next((m for m in homes if hasattr(m, "fully_shard")), None)
+    if fsdp is None:
         return  # this torch has no FSDP2: every fsdp.* knob is noted "not reached"
-    fsdp = importlib.import_module(homes[0])
     original = fsdp.fully_shard
     arguments = _site_keywords(run, "fully_shard")
 
@@ -452,17 +457,8 @@ def _patch_fully_shard(run: KnobHost, torch) -> None:
         return original(module, *args, **kwargs)
 
     for home in homes:
-        module = importlib.import_module(home)
-        if getattr(module, "fully_shard", None) is original:
-            module.fully_shard = fully_shard
-
-
-def _importable(importlib, name: str) -> bool:
-    try:
-        importlib.import_module(name)
-    except ImportError:
-        return False
-    return True
+        if getattr(home, "fully_shard", None) is original:
+            home.fully_shard = fully_shard
 
 
 def _shard_instead_of_ddp(run: KnobHost, ddp_class) -> None:

@@ -20,7 +20,7 @@ def contention_finding(m: MachineInfo | None) -> Finding | None:
     """The ``machine.contended`` finding, or None (quiet, or the job's use not recorded)."""
     if m is None or not m.samples or m.job_cpu_cores_mean is None:
         return None
-    cores = m.cores_available or m.cores
+    cores = m.job_cores
     others = max(m.cpu_busy_mean * m.cores - m.job_cpu_cores_mean, 0.0)
     share = others / cores if cores else 0.0
     t = th.MACHINE_CONTENDED

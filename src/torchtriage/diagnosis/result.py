@@ -235,6 +235,11 @@ class MachineInfo(msgspec.Struct, kw_only=True):
     cpu_capability: str | None = None  # torch.backends.cpu.get_cpu_capability()
     cpu_bf16: list[str] | None = None  # native bf16 instruction sets found (None: unknown)
 
+    @property
+    def job_cores(self) -> float:
+        """The cores the job may use: its affinity or cgroup quota, else every core."""
+        return self.cores_available or self.cores
+
 
 class CollectiveRow(msgspec.Struct, kw_only=True):
     """One collective op in the analysed steps (see analysis/collectives.py)."""

@@ -249,7 +249,7 @@ def _machine(d: Diagnosis) -> Text:
     m = d.machine
     assert m is not None
     text = plain("Machine ", style="bold")
-    cores = m.cores_available or m.cores
+    cores = m.job_cores
     if not m.samples:  # profile(): the CPU's facts, nothing sampled
         bf16 = ("not recorded" if m.cpu_bf16 is None else ", ".join(m.cpu_bf16) or "none")
         limit = m.cores_available_source or "all cores"

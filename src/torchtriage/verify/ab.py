@@ -100,8 +100,8 @@ def run_ab(
     command_b = candidate or command
     # a knob that moves random draws into DataLoader workers: B's trials run under different
     # worker seeds, and parity compares with their spread (verify.parity)
-    reseed = candidate is None and reseeds_workers(
-        {k: v for k, v in knobs.items() if base.get(k) != v})
+    changed = {k: v for k, v in knobs.items() if base.get(k) != v}  # B's own knobs
+    reseed = candidate is None and reseeds_workers(changed)
     claim_run_dir(out)
     store_id = store.start_run("ab", command, knobs=knobs, out_dir=out) if store else None
     arms = {"A": (command, base), "B": (command_b, knobs)}
@@ -115,8 +115,7 @@ def run_ab(
     with interrupt.forwarding(defer=True):
         try:
             while (arm := _next_arm(done, trials, skip=set(stopped))) is not None:
-                label = _label(arm, {k: v for k, v in knobs.items() if base.get(k) != v},
-                               candidate)
+                label = _label(arm, changed, candidate)
                 fresh += 1
                 total = max(total, fresh)  # an outlier trial's replacement is one more
                 if progress:

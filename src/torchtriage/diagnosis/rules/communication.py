@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from torchtriage.analysis.categories import is_communication_kernel, is_host_communication
+from torchtriage.analysis.collectives import is_collective
 from torchtriage.analysis.sharding import Sharding
 from torchtriage.analysis.utilization import union_in_steps
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID
 from torchtriage.diagnosis.result import Evidence, Finding
 from torchtriage.diagnosis.rules.base import Facts, Verdict, share_evidence
+from torchtriage.diagnosis.rules.memory import peak_fraction_evidence
 from torchtriage.diagnosis.vocabulary import Layer
 from torchtriage.trace.model import HOST_KINDS, EventKind
 
@@ -80,10 +82,9 @@ def _communication(f: Facts) -> Verdict:
                                unit="GB/s", threshold=th.SLOW_LINK_BUSBW.value,
                                comparison="<", fired=True,
                                source=th.SLOW_LINK_BUSBW.source)]))
-    ops = {c.op.lower().replace("_", "") for c in f.collectives}
     if f.sharding is not None:
         v.evidence.extend(_sharding_evidence(f.sharding))
-    elif any("reducescatter" in o for o in ops):
+    elif any(is_collective(c.op, "reducescatter") for c in f.collectives):
         v.findings.append(Finding(
             id="communication.sharded", severity="info", layer="communication",
             message="All-gather / reduce-scatter traffic: the model is sharded (FSDP / ZeRO). "
@@ -150,7 +151,8 @@ def _sharded(f: Facts, s: Sharding, v: Verdict) -> None:
         regather = Evidence(metric="fsdp_all_gathers_per_unit", value=per_unit,
                             unit="all-gathers per sharded unit per step", threshold=t.value,
                             comparison=">=", fired=per_unit >= t.value, source=t.source)
-        peaks = [e for e in _peak_evidence(f) if e.fired]
+        peaks = [e for peak, cap, src in f.memory if cap
+                 for e in (peak_fraction_evidence(peak, cap, src),) if e.fired]
         if regather.fired and not peaks:
             v.remedies.append((BY_ID["fsdp.reshard_after_forward"],
                                f"{per_unit:g} all-gathers per unit per step: each unit is "
@@ -175,8 +177,7 @@ def _sharded(f: Facts, s: Sharding, v: Verdict) -> None:
     if f.gpu and s.all_gather_hidden is not None and s.all_gather_hidden < 0.5:
         v.remedies.append((BY_ID["fsdp.prefetch"], f"only {s.all_gather_hidden:.0%} of the "
                                                    "all-gather time is hidden behind compute"))
-    gathers = [c for c in f.collectives if "allgather" in c.op.lower().replace("_", "")
-               and c.bytes_per_call]
+    gathers = [c for c in f.collectives if is_collective(c.op, "allgather") and c.bytes_per_call]
     if gathers:
         t = th.FSDP_SMALL_ALL_GATHER
         mean = sum(c.bytes_per_call * c.count for c in gathers) / sum(c.count for c in gathers)
@@ -192,24 +193,10 @@ def _sharded(f: Facts, s: Sharding, v: Verdict) -> None:
         v.withheld.append((BY_ID[remedy], f"the job shards with {s.kind.upper()}, not DDP", []))
 
 
-def _peak_evidence(f: Facts) -> list[Evidence]:
-    """Each device's peak memory fraction against ``memory_near_capacity`` (where known)."""
-    t = th.MEMORY_NEAR_CAPACITY
-    out = []
-    for peak, capacity, _ in f.memory:
-        if capacity:
-            fraction = max(peak.peak_allocated, peak.peak_reserved) / capacity
-            out.append(Evidence(metric=f"peak_memory_fraction[{peak.device}]",
-                                value=round(fraction, 4), unit="of capacity",
-                                threshold=t.value, comparison=">=", fired=fraction >= t.value,
-                                source=t.source))
-    return out
-
-
 def _bucket_evidence(f: Facts) -> Evidence | None:
     """All-reduce calls per analysed step (one per DDP bucket) against
     ``ddp_buckets_per_step``, with the bytes they move per step (None without an all-reduce)."""
-    rows = [c for c in f.collectives if "allreduce" in c.op.lower().replace("_", "")]
+    rows = [c for c in f.collectives if is_collective(c.op, "allreduce")]
     if not rows:
         return None
     per_step = round(sum(c.per_step for c in rows), 2)

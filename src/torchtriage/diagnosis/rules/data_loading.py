@@ -96,7 +96,7 @@ def _data_loading(f: Facts) -> Verdict:
                              "avoids re-spawning workers every epoch"))
     if saturated:
         m = f.machine
-        used = f"{m.job_cpu_cores_mean:.2f} of the {_cores(m):g} cores it may use"
+        used = f"{m.job_cpu_cores_mean:.2f} of the {m.job_cores:g} cores it may use"
         v.findings.append(Finding(
             id="data_loading.cpu_saturated", severity="warning", layer="data_loading",
             message=f"The job's own processes already use {used} ({job.value:.0%}): more "
@@ -110,16 +110,12 @@ def _data_loading(f: Facts) -> Verdict:
     return v
 
 
-def _cores(m: MachineInfo) -> float:
-    return m.cores_available or m.cores
-
-
 def job_cpu_evidence(m: MachineInfo | None) -> Evidence | None:
     """The job's own CPU use over the cores it may use, held against ``cpu_saturated`` (None
     when the run did not record the job's processes)."""
-    if m is None or not m.samples or m.job_cpu_cores_mean is None or _cores(m) <= 0:
+    if m is None or not m.samples or m.job_cpu_cores_mean is None or m.job_cores <= 0:
         return None
-    ev = share_evidence("job_cpu_busy", m.job_cpu_cores_mean / _cores(m), th.CPU_SATURATED)
-    ev.unit = (f"of the {_cores(m):g} cores the job may use "
+    ev = share_evidence("job_cpu_busy", m.job_cpu_cores_mean / m.job_cores, th.CPU_SATURATED)
+    ev.unit = (f"of the {m.job_cores:g} cores the job may use "
                f"({m.cores_available_source or 'all cores'}), by its own processes")
     return ev

@@ -3,6 +3,7 @@ out-of-memory error's figures say."""
 
 from __future__ import annotations
 
+from torchtriage.analysis.memory import DeviceMemory
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID, Remedy
 from torchtriage.diagnosis.result import Evidence, Finding, OutOfMemory
@@ -35,11 +36,9 @@ def _memory(f: Facts) -> Verdict:
         out_of_memory_evidence(v, f.out_of_memory)
     assessed = [(peak, cap, src) for peak, cap, src in f.memory if cap]
     for peak, cap, src in assessed:
-        # Pressure is what live tensors hold; a large but idle cache is fragmentation (below).
         used = peak.peak_allocated
         frac = used / cap
-        ev = share_evidence(f"peak_memory_fraction[{peak.device}]", frac, th.MEMORY_NEAR_CAPACITY)
-        ev.unit = f"of {cap / 2**30:.2f} GiB ({src})"
+        ev = peak_fraction_evidence(peak, cap, src)
         v.evidence.append(ev)
         if frac >= th.MEMORY_NEAR_CAPACITY.value:
             fired = True
@@ -65,6 +64,15 @@ def _memory(f: Facts) -> Verdict:
         v.remedies.extend(ladder_remedies())
     v.decides_primary = fired
     return v
+
+
+def peak_fraction_evidence(peak: DeviceMemory, capacity: int, source: str | None) -> Evidence:
+    """A device's peak against ``memory_near_capacity``. Pressure is what live tensors hold
+    (peak allocated); a large but idle cache is fragmentation, judged apart."""
+    ev = share_evidence(f"peak_memory_fraction[{peak.device}]", peak.peak_allocated / capacity,
+                        th.MEMORY_NEAR_CAPACITY)
+    ev.unit = f"of {capacity / 2**30:.2f} GiB ({source})"
+    return ev
 
 
 def ladder_remedies() -> list[tuple[Remedy, str]]:
