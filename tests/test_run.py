@@ -235,22 +235,6 @@ def test_the_window_waits_for_the_dataloader_queue_to_drain(tmp_path):
 
 
 @pytest.mark.timing
-def test_a_pause_mid_run_does_not_hide_the_loader(tmp_path):
-    """A validation pass of 2.5 s before step 34 lets the workers fill the queue again: the 16
-    steps after it run at compute speed. The window that covers them is not steady state and
-    is profiled again; the verdict comes from a window outside them."""
-    proc, out = run(tmp_path, "--steps", "110", "--", "python",
-                    str(SCRIPTS / "queued_loader.py"), "--steps", "110", "--pause-at", "34")
-    assert proc.returncode == 0, proc.stderr
-    d = json.loads((out / "diagnosis.json").read_text())
-    window = d["window"]
-    refilled = range(34, 34 + 16)
-    assert window["first_step"] not in refilled and window["last_step"] not in refilled, window
-    assert window["representative"] is True, window
-    assert d["primary"] == "data_loading", (d["summary"], window, d["superseded_windows"])
-
-
-@pytest.mark.timing
 def test_a_window_that_was_not_steady_state_is_profiled_again_and_shown_early(tmp_path):
     """Steps slow down after step 12: the first window (before step 12; where exactly depends
     on the profiling cost guard's probe) is faster than the steps after it, so it is set aside
