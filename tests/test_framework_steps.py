@@ -72,6 +72,18 @@ def test_a_gan_records_one_loss_and_one_batch_per_iteration(tmp_path):
     assert [p["loss"] for p in rec["losses"]] == pytest.approx(loss_d, abs=1e-4)
 
 
+def test_a_loss_in_a_buffer_the_next_step_overwrites_is_recorded_as_it_was(tmp_path):
+    """CUDA graphs (compile mode reduce-overhead) return the loss in a static buffer that the
+    next replay overwrites: the recorded loss is a copy taken at backward(), so parity sees
+    the values the script saw (an alias read at the end read -1 for every step, and a
+    nanoGPT-style script's reduce-overhead A/B failed parity by 0.61 on an H200)."""
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "static_loss_buffer.py"), "20")
+    printed = [float(line.split()[3]) for line in proc.stdout.splitlines()
+               if line.startswith("step ")]
+    recorded = [p["loss"] for p in record(out)["losses"]]
+    assert len(recorded) == 20 and recorded == pytest.approx(printed, abs=1e-5)
+
+
 def test_gradient_accumulation_sums_micro_batches_into_one_step(tmp_path):
     _, out = run(tmp_path, "--", "python", str(SCRIPTS / "accumulation.py"),
                  "--accumulate", "2", "--batch", "16", "--steps", "12")

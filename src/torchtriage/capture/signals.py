@@ -17,7 +17,8 @@ per training step, however many optimizers, backward calls and batches it took.
   fetched from the first dataset it read (accumulation: its micro-batches; a GAN's generator
   step fetches nothing).
 
-Losses are kept detached and read once at the end (no sync per step).
+Losses are kept as detached copies and read once at the end (no sync per step; a copy, since
+a CUDA graph's static output buffer is overwritten by its next replay).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class Segment:
 
     def __init__(self) -> None:
         self.key: object = None  # id of the optimizer that closed it, or MANUAL
-        self.losses: list[Any] = []  # detached scalar tensors passed to backward()
+        self.losses: list[Any] = []  # copies of the scalar tensors passed to backward()
         self.batches: list[tuple[int, int]] = []  # (id of the dataset, batch size)
 
 
@@ -105,7 +106,10 @@ class SignalRecorder:
 
         def backward(tensor, *args, **kwargs):
             if tensor.numel() == 1 and not rec._closure_call:
-                rec._open.losses.append(tensor.detach())
+                # a copy, not an alias: a CUDA graph (compile mode reduce-overhead) returns the
+                # loss in a static buffer that its next replay overwrites; the copy is one
+                # asynchronous device op, no sync
+                rec._open.losses.append(tensor.detach().clone())
             return original(tensor, *args, **kwargs)
 
         torch.Tensor.backward = backward
