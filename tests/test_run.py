@@ -234,6 +234,80 @@ def test_the_window_waits_for_the_dataloader_queue_to_drain(tmp_path):
     assert d["primary"] == "data_loading", (d["summary"], window)
 
 
+def _checked_window(tmp_path, ready_at, step_ms_at):
+    """A window at steps 36-40 (started after 16 steps, 1 wait + 18 warm-up) of a loader with
+    16 batches in flight, checked step by step: the ready-queue reading and the host time of
+    each step come from the two functions. Returns the check."""
+    from torchtriage.capture.profiling import ProfilingWindow
+    from torchtriage.results.run import Schedule
+
+    class Clock:
+        def __init__(self):
+            self.ms: list[float] = []  # index i: step i + 2
+
+        def host_step_ms(self):
+            return self.ms
+
+    clock, readings = Clock(), []
+    window = ProfilingWindow(tmp_path, 0, Schedule(), 0, None, clock, lambda: 16,
+                             ready=lambda: readings)
+    window._started_at, window._warmup = 16, 18
+    assert window._window() == (36, 40)
+    for step in range(1, 200):
+        readings.append(ready_at(step))
+        if step >= 2:
+            clock.ms.append(step_ms_at(step))
+        if step > 40:
+            window._await_check_start(step)
+            check = window._check(step, final=False)
+            if check is not None:
+                return check
+    raise AssertionError("no check")
+
+
+def test_the_window_check_waits_for_a_refilled_queue_to_drain(tmp_path):
+    """A pause before step 34 refilled the queue (16 batches), which drains by 0.4 batch a
+    step while the workers keep producing, to step ~74: steps served from it take 40 ms, the
+    loader's steady state 100. A check at the export's refill (steps 58-62) would time the
+    same refill; it starts once the queue stops falling instead, sees the steady state, and
+    the window (inside the refill) is not borne out."""
+    def ready(step):
+        return max(0, round(16 - 0.4 * (step - 34))) if step >= 34 else 0
+
+    check = _checked_window(tmp_path, ready, lambda step: 40.0 if ready(step) else 100.0)
+    assert check.after_first_step >= 70, check
+    assert check.after_mean_ms >= 80 and check.representative is False, check
+
+
+def test_a_queue_that_keeps_up_does_not_delay_the_check(tmp_path):
+    """A loader that keeps up holds its queue near full (readings wobble by one): the check
+    starts right after the export's refill (last step + 2 + the queue: step 58)."""
+    check = _checked_window(tmp_path, lambda step: 14 + step % 2, lambda step: 40.0)
+    assert check.after_first_step == 58 and check.representative is True, check
+
+
+@pytest.mark.timing
+def test_a_pause_mid_run_does_not_hide_the_loader(tmp_path):
+    """A validation pass of 2.5 s before step 34 lets the workers fill the queue again: the
+    ~27 steps after it run at compute speed (the queue drains by ~0.6 batch a step, since the
+    workers keep producing). A window over those steps must not be borne out by check steps
+    from the same refill: the check waits for the queue to stop draining, the window is
+    profiled again, and the verdict comes from a window outside the refill."""
+    proc, out = run(tmp_path, "--steps", "140", "--", "python",
+                    str(SCRIPTS / "queued_loader.py"), "--steps", "140", "--pause-at", "34")
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads((out / "diagnosis.json").read_text())
+    window = d["window"]
+    refilled = range(34, 34 + 27)
+    assert window["first_step"] not in refilled and window["last_step"] not in refilled, \
+        (window, d["superseded_windows"])
+    assert window["representative"] is True, window
+    for old in d["superseded_windows"]:  # any window over the refill was caught by its check
+        assert old["representative"] is False, old
+        assert old["after_first_step"] >= old["last_step"] + 2 + 16, old
+    assert d["primary"] == "data_loading", (d["summary"], window, d["superseded_windows"])
+
+
 @pytest.mark.timing
 def test_a_window_that_was_not_steady_state_is_profiled_again_and_shown_early(tmp_path):
     """Steps slow down after step 12: the first window (before step 12; where exactly depends

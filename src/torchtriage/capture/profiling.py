@@ -14,8 +14,14 @@ queue's size and the check below starts as many steps after the export. With ``m
 window starts late enough to fit, no later.
 
 Whether it was steady state: after the window, ``window_check_steps`` unprofiled steps are
-timed (from the queue's size after the step that carries the trace export) and their mean host
-time is compared with the window's (means, not medians: a loader-bound job's steps alternate
+timed and their mean host time is compared with the window's. They start no earlier than the
+queue's size after the step that carries the trace export, and not while the queue is still
+draining (at most ``DRAIN_LIMIT`` queues later): a pause during or after the window (a
+validation pass, a checkpoint) refills the queue, and steps served from a refilled queue run at
+compute speed, so a check timed there would bear out a window that was itself served from it.
+Draining: over the last ``DRAIN_READINGS`` ready-queue readings the queue fell by at least 2
+batches and still holds more than one (a queue that keeps up hovers near full; one that cannot
+stays near empty). The mean is compared (means, not medians: a loader-bound job's steps alternate
 fast and slow as its workers deliver in turn, and a median of five picks a side); when it is
 more than ``window_drift`` slower, the window was not representative. Its trace moves to
 ``superseded/`` and the window is profiled again from the next step (once); when training
@@ -27,7 +33,6 @@ rounds).
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import statistics
@@ -44,7 +49,7 @@ from torchtriage.results.run import WINDOW_MARKER, Schedule, decode_record
 
 CHECK_STEPS = int(th.WINDOW_CHECK_STEPS.value)
 DRAIN_LIMIT = 4  # the window waits for a draining queue at most this many queues' steps
-STEADY_READINGS = 3  # ready-queue readings that must not fall for the queue to count steady
+DRAIN_READINGS = 6  # ready-queue readings over which a draining queue falls by 2 or more
 RETRIES = 1  # windows profiled again after one that was not steady state
 
 
@@ -68,6 +73,7 @@ class ProfilingWindow:
         self._started_at = 0  # steps run when the current session started
         self._warmup = schedule.warmup  # the current session's warm-up steps
         self._reason = ""
+        self._check_from: int | None = None  # the current window's first checked step, once set
         self._retries = RETRIES
         self._sampling_tried = False
 
@@ -97,8 +103,9 @@ class ProfilingWindow:
             start = queue
             reason = (f"a DataLoader queue of {queue} batches (num_workers x prefetch_factor) "
                       "drains first")
-            if steps >= start and self._draining() and steps < self.skip + DRAIN_LIMIT * queue:
-                start = steps + 1
+        if queue and steps >= start and self._draining() and steps < start + DRAIN_LIMIT * queue:
+            start = steps + 1
+            reason += " (and the queue was still draining)"
         length = self.schedule.steps + queue  # the warm-up grows by the queue, see above
         if self.max_steps is not None and start > self.max_steps - length:
             start = max(self.max_steps - length, self.skip, 1)
@@ -106,10 +113,10 @@ class ProfilingWindow:
         return start, reason
 
     def _draining(self) -> bool:
-        """Whether the batches waiting in the queue are still falling."""
-        ready = self.ready()[-STEADY_READINGS:]
-        return (len(ready) == STEADY_READINGS and ready[-1] > 1
-                and any(b < a for a, b in itertools.pairwise(ready)))
+        """Whether the batches waiting in the queue are still falling (see the module
+        docstring)."""
+        ready = self.ready()[-DRAIN_READINGS:]
+        return len(ready) == DRAIN_READINGS and ready[-1] > 1 and ready[0] - ready[-1] >= 2
 
     def step_ended(self, steps: int, may_start: bool = True) -> bool:
         """``steps`` training steps ran. Returns True when the script should stop now (the
@@ -126,6 +133,7 @@ class ProfilingWindow:
         if self.session.trace_path is None:
             self.session.step()
             return False
+        self._await_check_start(steps)
         check = self._check(steps, final=False)
         if check is None:
             return False  # still timing the steps after the window
@@ -192,10 +200,29 @@ class ProfilingWindow:
         (after ``skip`` steps, at least one): those, the schedule and a DataLoader's queue."""
         return max(self.skip, 1) + self.schedule.steps + self.loader_queue()
 
+    def _earliest_check_step(self) -> int:
+        # last + 1 carries the trace export, during which the workers refill their queue
+        return self._window()[1] + 2 + self.loader_queue()
+
+    def _await_check_start(self, steps: int) -> None:
+        """After step ``steps`` of a profiled window's session: fix the first step of its check
+        once the export's refill has had its steps and the queue no longer drains (see the
+        module docstring)."""
+        if self._check_from is not None:
+            return
+        earliest = self._earliest_check_step()
+        if steps < earliest - 1:
+            return
+        if not self._draining() or steps >= earliest - 1 + DRAIN_LIMIT * self.loader_queue():
+            self._check_from = steps + 1
+
     def _check(self, steps: int, *, final: bool) -> WindowCheck | None:
         first, last = self._window()
-        # last + 1 carries the trace export, during which the workers refill their queue
-        after_first = last + 2 + self.loader_queue()
+        after_first = self._check_from
+        if after_first is None:
+            if not final:
+                return None
+            after_first = self._earliest_check_step()
         if steps < after_first + CHECK_STEPS - 1 and not final:
             return None
         durations = self.clock.host_step_ms()  # index i: step i + 2
@@ -214,6 +241,7 @@ class ProfilingWindow:
         if len(after) >= CHECK_STEPS:
             later = statistics.fmean(after)
             check.after_mean_ms, check.after_steps = round(later, 3), len(after)
+            check.after_first_step = after_first
             check.representative = th.window_holds(profiled, later)
         return check
 
@@ -240,6 +268,7 @@ class ProfilingWindow:
         from torchtriage.capture.session import ProfileSession
 
         self._started_at, self._reason = steps, reason
+        self._check_from = None
         # tracing starts with a pause in which a worker DataLoader refills its queue
         self._warmup = self.schedule.warmup + self.loader_queue()
         settings: dict[str, Any] = {"warmup": self._warmup, "active": self.schedule.active,
