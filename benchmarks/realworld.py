@@ -127,7 +127,8 @@ def bench(name: str, args, out: Path) -> dict:
                 "final_steps_per_s", "stopped_because"):
         row[f"fix_{key}"] = fix.get(key)
     row["fix_rounds"] = [r.get("primary") for r in fix.get("rounds", [])]
-    rc = torchtriage(["ab", "--out", str(d / "ab"), "--trials", str(args.trials), "--steps",
+    rc = torchtriage(["ab", "--out", str(d / "ab"), "--trials",
+                      str(args.hand_trials or args.trials), "--steps",
                       str(args.steps), "--candidate", shlex.join(hand), *store, "--", *base],
                      d / "ab.log")
     ab = read(d / "ab" / "ab.json")
@@ -215,6 +216,9 @@ def main() -> None:
                         help="keep every run, fix and A/B here (default: a temporary dir)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a CPU smoke run")
     parser.add_argument("--trials", type=int, default=None, help="trials per arm (3; quick 2)")
+    parser.add_argument("--hand-trials", type=int, default=None,
+                        help="trials per arm of the hand fix's A/B (default: --trials); fewer "
+                             "when its candidate compiles for a minute per trial")
     parser.add_argument("--steps", type=int, default=None,
                         help="measured steps per trial (10; quick 3)")
     parser.add_argument("--run-timeout", type=int, default=300,

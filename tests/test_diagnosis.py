@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import msgspec
 import pytest
 from conftest import profiler_steps as _steps
 from conftest import write_trace, x
@@ -14,6 +16,8 @@ from torchtriage.diagnosis.diagnose import diagnose
 from torchtriage.diagnosis.result import decode_diagnosis
 from torchtriage.diagnosis.vocabulary import LAYERS
 from torchtriage.trace import load_trace
+
+FIXTURES_GPU = Path(__file__).parent / "fixtures" / "gpu"
 
 REQUIRED_IDS = {
     "dataloader.num_workers", "dataloader.pin_memory", "dataloader.prefetch_factor",
@@ -388,3 +392,71 @@ def test_a_busy_machine_is_said_and_lowers_the_confidence(tmp_path):
     assert finding.evidence[0].threshold == th.MACHINE_CONTENDED.value
     levels = ["low", "medium", "high"]
     assert levels.index(loaded.confidence) == levels.index(calm.confidence) - 1
+
+
+def _check(profiled_ms: float, unprofiled_ms: float):
+    from torchtriage.diagnosis.result import WindowCheck
+
+    return WindowCheck(first_step=3, last_step=7, skipped_steps=0, skip_reason="the first step",
+                       profiled_mean_ms=profiled_ms, after_mean_ms=unprofiled_ms, after_steps=5,
+                       representative=True)
+
+
+def test_the_profilers_own_host_time_is_taken_out_before_the_layers_are_compared():
+    """A real H200 trace (launch-bound): the window check's unprofiled steps tell what the
+    profiler added; within profiler_inflation nothing changes, past it the host layer loses
+    sum(wall) - steps x unprofiled, the shares are of the unprofiled step and sum to 1, and
+    the finding carries the ratio against its threshold."""
+    trace = load_trace(FIXTURES_GPU / "launch_bound.pt.trace.json.gz")
+    plain = diagnose(trace)
+    walls = [s.wall_ms for s in plain.breakdown.steps]
+    profiled = sum(walls) / len(walls)
+    within = diagnose(trace, windows=[_check(profiled, profiled / 1.2)])
+    assert within.layers == plain.layers
+    assert "steps.profiler_overhead" not in {f.id for f in within.findings}
+
+    d = diagnose(trace, windows=[_check(profiled, profiled / 2)])
+    (f,) = [f for f in d.findings if f.id == "steps.profiler_overhead"]
+    assert f.evidence[0].value == pytest.approx(2.0, rel=0.01)
+    assert f.evidence[0].threshold == 1.25
+    removed = plain.layers["host"].time_ms - d.layers["host"].time_ms
+    assert removed == pytest.approx(sum(walls) / 2, rel=0.01)
+    assert d.layers["kernel"].time_ms == plain.layers["kernel"].time_ms
+    assert d.layers["kernel"].share == pytest.approx(2 * plain.layers["kernel"].share, rel=0.02)
+    assert sum(v.share for v in d.layers.values()) == pytest.approx(1.0, abs=0.001)
+    assert d.primary == "host"  # launch-bound still: the host is slow unwatched too
+    assert d.gpu.utilization == plain.gpu.utilization  # the trace's own figures stand
+
+    # a host that is slow only when watched: the unprofiled step is the kernels' time
+    kernel_ms = plain.layers["kernel"].time_ms / len(walls)
+    watched = diagnose(trace, windows=[_check(profiled, kernel_ms)])
+    assert watched.primary == "kernel" and watched.layers["host"].share < 0.05, watched.summary
+
+
+def test_an_outlier_step_is_not_taken_for_the_profilers_overhead(monkeypatch):
+    """One step far longer than the window's median (an epoch boundary) is not the
+    profiler's cost: it is left out of the estimate and keeps its time."""
+    trace = load_trace(FIXTURES_GPU / "launch_bound.pt.trace.json.gz")
+    plain = diagnose(trace)
+    walls = [s.wall_ms for s in plain.breakdown.steps]
+    median = sorted(walls)[len(walls) // 2]
+    # the slowest step (29.9 ms) sits above 1.2x the median (23.7): an outlier for this test
+    monkeypatch.setattr(th, "OVERHEAD_OUTLIER_STEP",
+                        msgspec.structs.replace(th.OVERHEAD_OUTLIER_STEP, value=1.2))
+    d = diagnose(trace, windows=[_check(sum(walls) / len(walls), median / 2)])
+    (f,) = [f for f in d.findings if f.id == "steps.profiler_overhead"]
+    assert "less 1 outlier step(s)" in f.message
+    kept = [w for w in walls if w <= 1.2 * median]
+    removed = plain.layers["host"].time_ms - d.layers["host"].time_ms
+    assert removed == pytest.approx(sum(kept) - len(kept) * median / 2, rel=0.01)
+
+
+def test_a_cpu_trace_keeps_its_shares_whatever_the_window_check(tmp_path):
+    """On a CPU-only trace every op is slowed alike by the profiler: no correction."""
+    def body(base):
+        return [x("aten::mm", base + 100, 9_000)]
+    trace = load_trace(write_trace(tmp_path / "t.json", _steps(4, body)))
+    plain = diagnose(trace)
+    d = diagnose(trace, windows=[_check(plain.breakdown.median_step_ms, 1.0)])
+    assert d.layers == plain.layers
+    assert "steps.profiler_overhead" not in {f.id for f in d.findings}

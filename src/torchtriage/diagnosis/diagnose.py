@@ -32,6 +32,7 @@ from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import COST_LABELS, Remedy
 from torchtriage.diagnosis.contention import contention_finding
 from torchtriage.diagnosis.dataset import dataset_verdict
+from torchtriage.diagnosis.overhead import overhead_finding, profiler_overhead
 from torchtriage.diagnosis.primary import (
     SIGNIFICANT,
     memory_primary,
@@ -75,8 +76,9 @@ def diagnose(
     steps = find_steps(trace)
     quality = dq.data_quality(trace, steps)
     dq.check_usable(trace, steps, quality)  # impossible timings past repair: no verdict
+    window = windows[-1] if windows else None
     facts = build_facts(trace, device_memory=device_memory, oom=oom, machine=machine,
-                        out_of_memory=out_of_memory, steps=steps)
+                        out_of_memory=out_of_memory, steps=steps, window=window)
     steps, breakdown, nesting, gpu = facts.steps, facts.breakdown, facts.nesting, facts.gpu
     verdicts = {layer: rules.Verdict() for layer in LAYERS}
     for rule in rules.RULES:
@@ -97,7 +99,6 @@ def diagnose(
     findings = _step_findings(steps)
     if (timing := dq.finding(trace, quality)) is not None:
         findings.insert(0, timing)
-    window = windows[-1] if windows else None
     contended = contention_finding(facts.machine)
     # (a busy machine slows steps, it does not change a memory peak)
     for lowered in (window is not None and window.representative is False,
@@ -107,6 +108,8 @@ def diagnose(
     if contended is not None:
         findings.insert(0, contended)
     findings.extend(_window_findings(windows or []))
+    if facts.profiler_overhead is not None:
+        findings.append(overhead_finding(facts.profiler_overhead, len(steps)))
     for layer in (primary, *[x for x in ("memory", *ranked) if x != primary]):
         findings.extend(verdicts[layer].findings)
     dynamic = dynamic_shape_ops(trace, steps)
@@ -181,18 +184,25 @@ def diagnose(
 def build_facts(trace: Trace, *, device_memory: int | None = None, oom: bool = False,
                 machine: dict | None = None,
                 out_of_memory: r.OutOfMemory | None = None,
-                steps: list | None = None) -> rules.Facts:
+                steps: list | None = None,
+                window: r.WindowCheck | None = None) -> rules.Facts:
     """Every analysis the rules read, computed once (arguments as :func:`diagnose`'s;
-    ``steps`` when the caller found them already)."""
+    ``steps`` when the caller found them already; ``window``: this trace's window check, whose
+    unprofiled steps tell the profiler's own overhead, see diagnosis/overhead.py)."""
     steps = find_steps(trace) if steps is None else steps
     breakdown = step_breakdown(trace, steps)
     nesting = op_nesting(trace)
     gpu = trace.has_device_activity
     small = 0.0 if gpu else rules.small_op_time(trace, steps, nesting)
     collectives = collective_table(trace, steps)
+    layer_us = _layer_times(breakdown, gpu, small)
+    overhead = profiler_overhead(window, gpu=gpu, step_wall_us=breakdown.wall_us.tolist(),
+                                 host_us=layer_us["host"])
+    if overhead is not None:
+        layer_us["host"] -= overhead.removed_us
     return rules.Facts(
         trace=trace, steps=steps, breakdown=breakdown, nesting=nesting,
-        layer_us=_layer_times(breakdown, gpu, small), small_op_us=small,
+        layer_us=layer_us, small_op_us=small, profiler_overhead=overhead,
         memory=_memory_with_capacity(trace, device_memory), oom=oom,
         out_of_memory=out_of_memory,
         device=_device_evidence(trace, steps) if gpu else None,
@@ -301,7 +311,7 @@ def _device_evidence(trace: Trace, steps: StepWindows) -> rules.DeviceEvidence:
 
 def _gpu_report(trace: Trace, facts: rules.Facts, top: int) -> r.GpuReport:
     dev = facts.device
-    wall = facts.wall_us or 1.0
+    wall = facts.breakdown.total_wall_us or 1.0  # as profiled: the trace's own figures
     busy, streams = busy_time(trace, dev.ops, facts.steps)
     idle = idle_breakdown(trace, th.KERNEL_WAIT_US.value)
     temporal = temporal_breakdown(trace)

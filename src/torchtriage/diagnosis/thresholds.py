@@ -231,6 +231,26 @@ WINDOW_DRIFT = Threshold(
     "by 90 %",
 )
 
+PROFILER_INFLATION = Threshold(
+    "profiler_inflation", 0.25, "fraction of step time",
+    "on a GPU trace from `torchtriage run`: when the profiled steps' mean host time exceeds that "
+    "of the unprofiled steps timed after the window by more than this, the difference is time "
+    "the profiler added on the host side (recording each op and launch), and it is taken out of "
+    "the host layer before the layers are compared; layer shares are then of the unprofiled step",
+    "torchtriage default, same band as window_drift; H200, nanoGPT (GPT-2 124M shape, bf16, 4 "
+    "micro-batches, 2,795 kernels per step): 142 ms per profiled step against 88 ms unprofiled "
+    "with 90 ms of kernels per step, and the uncorrected verdict was host (2026-12-02)",
+)
+
+OVERHEAD_OUTLIER_STEP = Threshold(
+    "overhead_outlier_step", 2.0, "times the median step",
+    "an analysed step longer than this times the window's median is left out of the "
+    "profiler-overhead estimate (profiler_inflation) and keeps its time: an epoch boundary, a "
+    "checkpoint, a validation pass, not the profiler's per-op cost",
+    "torchtriage default, H200 2026-12-02: dcgan's epoch-boundary step (checkpoint + new "
+    "DataLoader workers) took 59x its window's median; nanoGPT's slowest profiled step 1.36x",
+)
+
 
 def window_holds(profiled_ms: float, later_ms: float) -> bool:
     """Whether steps timed later (unprofiled) bear a profiled window out: at most
@@ -290,6 +310,8 @@ TIMING_DAMAGE_REFUSE = Threshold(
 ALL: tuple[Threshold, ...] = (
     WINDOW_DRIFT,
     WINDOW_CHECK_STEPS,
+    PROFILER_INFLATION,
+    OVERHEAD_OUTLIER_STEP,
     PROFILE_EVENTS_BUDGET,
     PROFILE_EXPORT_US_PER_EVENT,
     MEMORY_NEAR_CAPACITY,

@@ -27,6 +27,7 @@ from torchtriage.analysis.transfers import Transfers
 from torchtriage.analysis.utilization import ClassTime
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import Remedy
+from torchtriage.diagnosis.overhead import ProfilerOverhead
 from torchtriage.diagnosis.result import Evidence, Finding, MachineInfo, OutOfMemory
 from torchtriage.diagnosis.vocabulary import Layer
 from torchtriage.trace.model import Trace
@@ -69,6 +70,9 @@ class Facts(msgspec.Struct):
     # share of op time in float64 (CPU: op self time with a double input; GPU: kernel time of
     # double-precision kernels); None when the trace does not tell (analysis/dtypes.py)
     float64_share: float | None = None
+    # host time the profiler added, taken out of layer_us["host"] and of wall_us
+    # (diagnosis/overhead.py); None when nothing was removed
+    profiler_overhead: ProfilerOverhead | None = None
 
     @property
     def gpu(self) -> bool:
@@ -76,7 +80,10 @@ class Facts(msgspec.Struct):
 
     @property
     def wall_us(self) -> float:
-        return self.breakdown.total_wall_us
+        """The analysed steps' wall time the layer shares are of (less the profiler's
+        overhead, when some was removed)."""
+        removed = self.profiler_overhead.removed_us if self.profiler_overhead else 0.0
+        return self.breakdown.total_wall_us - removed
 
     def share(self, layer: str) -> float:
         return self.layer_us.get(layer, 0.0) / self.wall_us if self.wall_us > 0 else 0.0
