@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,8 +39,8 @@ def test_fix_data_starved_searches_workers_keeps_the_best_and_writes_a_patch(tmp
     # on 2 cores), whose result this test checks. With the default 10m it went on to
     # prefetch_factor, persistent_workers, bf16 and two compile modes (~210 s in all), none of
     # them asserted on. The search's 2nd value is tried when the time of a profile, the first
-    # A/B (4 trials, 6 when 2 per arm do not decide it) and 2 more trials fits: 37-47 s here,
-    # so a machine ~2x slower still gets it. The final A/B has no deadline.
+    # A/B (4 trials, 6 when 2 per arm do not decide it), 2 more trials and the final A/B's
+    # 2 in reserve fits: ~45-55 s here, so a slower machine still gets it.
     proc, result, out = fix(tmp_path, "--budget", "90s", "--trials", "3", "--steps", "6",
                             "--html", str(page), "--", "python", "examples/data_starved.py",
                             "--steps", "1000", cwd=work)
@@ -551,3 +552,26 @@ def test_the_summary_never_calls_an_unconfirmed_final_configuration_faster(verdi
     text = _summary(r)
     assert ("faster than the original" in text) == confirmed, text
     assert confirmed or "does not confirm a gain" in text
+
+
+def test_the_budget_keeps_the_final_ab_in_reserve():
+    """An A/B starts only when its trials and the final A/B's fresh ones fit; a profile round
+    likewise; the final A/B's trials start before the budget's end, or within their own
+    estimate when the loop already ran over (imagenet on an H200: 158 s of a 120 s budget,
+    the final A/B unbounded)."""
+    from torchtriage.fix.loop import FINAL_FRESH, _Budget
+
+    budget = _Budget(100.0)
+    budget.start -= 49.5  # 49.5 s spent
+    budget.trial_s = [10.0] * 4
+    assert budget.reserve_s == FINAL_FRESH * 10.0 == 20.0
+    assert budget.allows(3) == (True, 30.0)  # 49.5 + 30 + 20 <= 100
+    assert budget.allows(4) == (False, 40.0)
+    budget.profile_s = 30.0
+    assert budget.allows_profile()
+    budget.profile_s = 31.0
+    assert not budget.allows_profile()
+    assert budget.final_deadline() == pytest.approx(budget.start + 100.0)
+    budget.start -= 60  # 109.5 s spent: the final A/B still gets its two trials
+    now = time.monotonic()
+    assert now + 20.0 <= budget.final_deadline() <= time.monotonic() + 20.0

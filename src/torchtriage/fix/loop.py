@@ -25,6 +25,12 @@ verify each with an A/B, keep what is proven, re-profile, move on.
 4. It stops when no layer (of ``FixSettings.layers``) has anything injectable left, nothing
    was proven, or the budget is spent; then an A/B of the final configuration against the
    original gives the speedup, and ``fix.json``, ``fix.md`` and ``fix.patch`` are written.
+
+The budget covers all of it: an A/B starts only when its estimated trials (the recent trials'
+mean wall time, compilation included) and the final A/B's ``FINAL_FRESH`` fresh trials fit in
+what is left, a profile round after a kept fix only when the first profile's time and those
+trials do, and the final A/B's trials do not start past the budget's end (or, when the loop
+itself ran over, past its own ``FINAL_FRESH`` trials' estimate from now).
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from torchtriage.verify.settings import TrialSettings
 
 logger = logging.getLogger(__name__)
 COMPILE_ESTIMATE_S = 45.0  # cold torch.compile, before one has been measured
+FINAL_FRESH = 2  # fresh trials the final A/B runs in any case (one per arm): kept in reserve
 # a `no_change` A/B whose speedup is at least 1 + this x min_effect gets a second look
 PROMISING = 5
 Progress = Callable[[str, int, int, Trial | None], None]
@@ -79,13 +86,30 @@ class _Budget:
     def elapsed(self) -> float:
         return time.monotonic() - self.start
 
-    def allows(self, trials: int, compile_s: float = 0.0) -> tuple[bool, float]:
-        """Whether ``trials`` more trials fit in what is left, and the estimate."""
+    @property
+    def per_trial_s(self) -> float:
         recent = self.trial_s[-8:]
-        per_trial = (sum(recent) / len(recent) if recent
-                     else self.trial_estimate_s or self.profile_s or 10.0)
-        need = trials * per_trial + compile_s * trials / 2
-        return self.elapsed + need <= self.seconds, need
+        return (sum(recent) / len(recent) if recent
+                else self.trial_estimate_s or self.profile_s or 10.0)
+
+    @property
+    def reserve_s(self) -> float:
+        """Kept for the final A/B's fresh trials."""
+        return FINAL_FRESH * self.per_trial_s
+
+    def allows(self, trials: int, compile_s: float = 0.0) -> tuple[bool, float]:
+        """Whether ``trials`` more trials fit in what is left beside the final A/B's reserve,
+        and their estimate."""
+        need = trials * self.per_trial_s + compile_s * trials / 2
+        return self.elapsed + need + self.reserve_s <= self.seconds, need
+
+    def allows_profile(self) -> bool:
+        """Whether another profile round (as long as the first) fits beside the reserve."""
+        return self.elapsed + self.profile_s + self.reserve_s <= self.seconds
+
+    def final_deadline(self) -> float:
+        """No trial of the final A/B starts past this (``time.monotonic()``)."""
+        return max(self.start + self.seconds, time.monotonic() + self.reserve_s)
 
 
 @dataclass(frozen=True)
@@ -258,6 +282,9 @@ class _Loop:
             if stopped:
                 break
             self.reprofile = False
+            if not self.budget.allows_profile():
+                stopped = "the budget is spent"
+                break
             diagnosis, _, _, _ = self.profile(self.kept, f"round{len(self.rounds)}")
             if diagnosis is None:
                 stopped = "the kept configuration recorded no trace"
@@ -351,7 +378,7 @@ class _Loop:
                 step.why = (step.why + "; " if step.why else "") + (
                     f"{search.knob}={value!r} not tried: it needs ~{need:.0f} s, "
                     f"{max(self.budget.seconds - self.budget.elapsed, 0):.0f} s of the budget "
-                    "left")
+                    f"left, {self.budget.reserve_s:.0f} s of them kept for the final A/B")
                 if step.kept_value is None:
                     step.result = "skipped"
                 return ("budget" if step.kept_value is None else "kept"), verdict
@@ -481,7 +508,8 @@ class _Loop:
             progress = (lambda text, k, n, trial: self.progress("final: " + text, k, n, trial)
                         ) if self.progress else None
             final = run_ab(self.command, self.out / "final", self.settings.trial,
-                           knobs=self.kept, adaptive=True, min_fresh=2, progress=progress,
+                           knobs=self.kept, adaptive=True, min_fresh=FINAL_FRESH,
+                           progress=progress, deadline=self.budget.final_deadline(),
                            prior={"A": self.original, "B": self.incumbent},
                            on_trial=self._on_trial(self.out / "final"))
             self.trials_run += sum(not t.reused for t in final.trials)
