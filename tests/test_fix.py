@@ -389,11 +389,12 @@ def test_patch_edits_calls_and_adds_flags(tmp_path):
 def _loop_for_order_tests(tmp_path: Path, outcomes: dict[str, str]):
     """A fix loop whose A/B searches are replaced by given outcomes (the searches themselves
     are covered by the end-to-end tests above); records the order of the searches."""
-    from torchtriage.fix.loop import FixSettings, _Budget, _Loop
+    from torchtriage.fix.budget import Budget
+    from torchtriage.fix.loop import FixSettings, _Loop
     from torchtriage.verify.settings import TrialSettings
 
     settings = FixSettings(trial=TrialSettings(trials=3, warmup=3, steps=10, min_effect=0.02))
-    loop = _Loop(["python", TINY], tmp_path, _Budget(600), settings, None)
+    loop = _Loop(["python", TINY], tmp_path, Budget(600), settings, None)
     order: list[str] = []
 
     def search(search, layer, round_no):
@@ -462,12 +463,13 @@ def test_a_promising_but_unclear_ab_gets_a_second_look_before_the_search_moves_o
     Bonferroni-tightened 97.5 %, and the search goes on when it is then clear."""
     from types import SimpleNamespace as NS
 
+    from torchtriage.fix.budget import Budget
     from torchtriage.fix.candidates import Search
-    from torchtriage.fix.loop import FixSettings, _Budget, _Loop
+    from torchtriage.fix.loop import FixSettings, _Loop
     from torchtriage.verify.settings import TrialSettings
 
     settings = FixSettings(trial=TrialSettings(trials=3, warmup=3, steps=10, min_effect=0.02))
-    loop = _Loop(["python", TINY], tmp_path, _Budget(600), settings, None)
+    loop = _Loop(["python", TINY], tmp_path, Budget(600), settings, None)
     calls = []
 
     def result(verdict, speedup, low, high, trials):
@@ -559,9 +561,9 @@ def test_the_budget_keeps_the_final_ab_in_reserve():
     likewise; the final A/B's trials start before the budget's end, or within their own
     estimate when the loop already ran over (imagenet on an H200: 158 s of a 120 s budget,
     the final A/B unbounded)."""
-    from torchtriage.fix.loop import FINAL_FRESH, _Budget
+    from torchtriage.fix.budget import FINAL_FRESH, Budget
 
-    budget = _Budget(100.0)
+    budget = Budget(100.0)
     budget.start -= 49.5  # 49.5 s spent
     budget.trial_s = [10.0] * 4
     assert budget.reserve_s == FINAL_FRESH * 10.0 == 20.0

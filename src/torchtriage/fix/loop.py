@@ -25,19 +25,13 @@ verify each with an A/B, keep what is proven, re-profile, move on.
 4. It stops when no layer (of ``FixSettings.layers``) has anything injectable left, nothing
    was proven, or the budget is spent; then an A/B of the final configuration against the
    original gives the speedup, and ``fix.json``, ``fix.md`` and ``fix.patch`` are written.
-
-The budget covers all of it: an A/B starts only when its estimated trials (the recent trials'
-mean wall time, compilation included) and the final A/B's ``FINAL_FRESH`` fresh trials fit in
-what is left, a profile round after a kept fix only when the first profile's time and those
-trials do, and the final A/B's trials do not start past the budget's end (or, when the loop
-itself ran over, past its own ``FINAL_FRESH`` trials' estimate from now).
+   The budget covers the final A/B too (:mod:`torchtriage.fix.budget`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,60 +50,20 @@ from torchtriage.diagnosis.thresholds import WINDOW_DRIFT, window_holds
 from torchtriage.diagnosis.vocabulary import LAYERS, Layer
 from torchtriage.errors import TorchtriageError
 from torchtriage.fix import ladder
+from torchtriage.fix.budget import COMPILE_ESTIMATE_S, FINAL_FRESH, Budget, trial_estimate
 from torchtriage.fix.candidates import NOT_INJECTED, machine_context, search_for
 from torchtriage.fix.patch import make_patch
 from torchtriage.report.fix_view import fix_markdown
 from torchtriage.results.ab import ABResult, Trial
 from torchtriage.results.fix import Attempt, FixResult, FixStep, Profiled
-from torchtriage.results.run import KnobOutcome, RunConfig, RunRecord, merge_knob_outcomes
+from torchtriage.results.run import KnobOutcome, RunConfig, merge_knob_outcomes
 from torchtriage.verify.ab import run_ab
 from torchtriage.verify.settings import TrialSettings
 
 logger = logging.getLogger(__name__)
-COMPILE_ESTIMATE_S = 45.0  # cold torch.compile, before one has been measured
-FINAL_FRESH = 2  # fresh trials the final A/B runs in any case (one per arm): kept in reserve
 # a `no_change` A/B whose speedup is at least 1 + this x min_effect gets a second look
 PROMISING = 5
 Progress = Callable[[str, int, int, Trial | None], None]
-
-
-class _Budget:
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.start = time.monotonic()
-        self.trial_s: list[float] = []  # wall time of the A/B trials run so far
-        self.profile_s = 0.0  # the first profile run's wall time
-        # before any trial: the first profile's start-up plus a trial's steps at its pace
-        self.trial_estimate_s = 0.0
-
-    @property
-    def elapsed(self) -> float:
-        return time.monotonic() - self.start
-
-    @property
-    def per_trial_s(self) -> float:
-        recent = self.trial_s[-8:]
-        return (sum(recent) / len(recent) if recent
-                else self.trial_estimate_s or self.profile_s or 10.0)
-
-    @property
-    def reserve_s(self) -> float:
-        """Kept for the final A/B's fresh trials."""
-        return FINAL_FRESH * self.per_trial_s
-
-    def allows(self, trials: int, compile_s: float = 0.0) -> tuple[bool, float]:
-        """Whether ``trials`` more trials fit in what is left beside the final A/B's reserve,
-        and their estimate."""
-        need = trials * self.per_trial_s + compile_s * trials / 2
-        return self.elapsed + need + self.reserve_s <= self.seconds, need
-
-    def allows_profile(self) -> bool:
-        """Whether another profile round (as long as the first) fits beside the reserve."""
-        return self.elapsed + self.profile_s + self.reserve_s <= self.seconds
-
-    def final_deadline(self) -> float:
-        """No trial of the final A/B starts past this (``time.monotonic()``)."""
-        return max(self.start + self.seconds, time.monotonic() + self.reserve_s)
 
 
 @dataclass(frozen=True)
@@ -149,7 +103,7 @@ def run_fix(
     """
     settings = settings or FixSettings()
     claim_run_dir(out)
-    budget = _Budget(settings.budget_s)
+    budget = Budget(settings.budget_s)
     store_id = store.start_run("fix", command, out_dir=out) if store else None
     # each A/B trial goes to the run store under the fix run as it finishes
     sink = (lambda ab_dir, trial: store.record_trial(store_id, trial, ab=ab_dir.name)
@@ -189,7 +143,7 @@ def run_fix(
 
 
 class _Loop:
-    def __init__(self, command: list[str], out: Path, budget: _Budget, settings: FixSettings,
+    def __init__(self, command: list[str], out: Path, budget: Budget, settings: FixSettings,
                  progress: Progress | None,
                  sink: Callable[[Path, Trial], None] | None = None) -> None:
         self.command, self.out, self.budget = command, out, budget
@@ -234,7 +188,7 @@ class _Loop:
             raise interrupt.Interrupted(result.interrupted)
         if not self.budget.profile_s:
             self.budget.profile_s = time.monotonic() - start
-            self.budget.trial_estimate_s = _trial_estimate(result.rank0(), self.settings.trial)
+            self.budget.trial_estimate_s = trial_estimate(result.rank0(), self.settings.trial)
         oom = result.oom
         losses = [x for r in result.records if r.rank == 0 for x in r.loss_values]
         outcomes = result.knobs
@@ -550,18 +504,6 @@ class _Loop:
 def _searches_workers(prescription: str) -> bool:
     found = served(prescription)
     return found is not None and found[1].rule == "workers"
-
-
-def _trial_estimate(record: RunRecord | None, trial: TrialSettings) -> float:
-    """Seconds an A/B trial takes, from a profile run's record: its start-up (to the first
-    step's end) and its median step time over a trial's warm-up and measured steps, at least
-    ``min_measure_s`` of them (the profile itself runs more steps, under the profiler: its
-    wall time overstates a trial)."""
-    if record is None or record.first_step_s is None or not record.host_step_ms:
-        return 0.0
-    step_s = statistics.median(record.host_step_ms) / 1e3
-    measured_s = max(trial.steps * step_s, trial.min_measure_s)
-    return record.first_step_s + trial.warmup * step_s + measured_s
 
 
 def _representative(doc: Diagnosis | JobDiagnosis | None) -> Diagnosis | None:
