@@ -68,3 +68,25 @@ def test_the_job_is_its_own_processes_not_the_machine():
     assert summary["job_cpu_cores_mean"] >= summary["children_cpu_cores_mean"] > 0.2
     assert summary["cores_available"] >= 1 and summary["cores_available_source"]
     assert "cpu_bf16" in summary and "cpu_capability" in summary
+
+
+def _sample(t: float, busy: float, job: float, rss: int = 100) -> dict:
+    return {"t": t, "cpu": [busy * 100, busy * 100], "rss": rss, "children_cpu": 0.0,
+            "children": 1, "job_cpu": job, "job_processes": 2}
+
+
+def test_cpu_means_come_from_the_steady_steps_when_they_hold_enough_samples():
+    """Start-up and early steps at low CPU dilute a saturation the window shows: the means
+    are over the samples inside the window and its checked steps (5 or more), the maxima
+    over the whole run."""
+    idle = [_sample(0.2 * k, 0.1, 0.2, rss=900 if k == 3 else 100) for k in range(1, 20)]
+    busy = [_sample(4.0 + 0.2 * k, 1.0, 2.0) for k in range(1, 8)]
+    whole = machine.summarize(idle + busy)
+    assert whole["samples_scope"] == "run" and whole["job_cpu_cores_mean"] < 1.0
+    inside = machine.summarize(idle + busy, spans=[(4.0, 4.6), (4.8, 5.4)])
+    assert inside["samples_scope"] == "window" and inside["samples"] == 7  # both spans
+    assert inside["cpu_busy_mean"] == 1.0 and inside["job_cpu_cores_mean"] == 2.0
+    assert inside["rss_max_bytes"] == 900  # a maximum over the whole run
+    # a window too short for 5 samples: the whole run's means, said so
+    short = machine.summarize(idle + busy, spans=[(4.0, 4.5)])
+    assert short["samples_scope"] == "run" and short["samples"] == 26

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 INTERVAL_S = 0.2
+MIN_WINDOW_SAMPLES = 5  # samples inside the profiled steps needed to judge from them alone
 BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")  # x86 AMX, x86 AVX-512, Arm BF16 extension
 
 
@@ -49,12 +52,14 @@ class MachineSampler:
                                         daemon=True)
         self._thread.start()
 
-    def stop(self) -> dict[str, Any] | None:
+    def stop(self, spans: Sequence[tuple[float, float]] = ()) -> dict[str, Any] | None:
+        """Stop sampling; the summary (see :func:`summarize`), its CPU means over ``spans``
+        (``time.perf_counter()`` spans of steady steps) when they hold enough samples."""
         if self._thread is None:
             return None
         self._stop.set()
         self._thread.join(timeout=2 * self.interval_s + 1)
-        summary = summarize(self.samples)
+        summary = summarize(self.samples, spans)
         if summary is not None:
             summary.update(self.static)
         return summary
@@ -68,7 +73,8 @@ class MachineSampler:
             proc.cpu_percent(None)  # reference points
         while not self._stop.wait(self.interval_s):
             try:
-                sample = {"cpu": psutil.cpu_percent(percpu=True),
+                # each reading covers the interval up to now ("t": its end)
+                sample = {"t": time.perf_counter(), "cpu": psutil.cpu_percent(percpu=True),
                           "rss": self._process.memory_info().rss}
                 workers = 0.0
                 mine = self._process.children(recursive=True)
@@ -215,10 +221,22 @@ def _nvml_handle():
         return None
 
 
-def summarize(samples: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Means and maxima over the samples (None without samples)."""
+def summarize(samples: list[dict[str, Any]], spans: Sequence[tuple[float, float]] = ()
+              ) -> dict[str, Any] | None:
+    """Means and maxima over the samples (None without samples). The CPU and GPU means are
+    over the samples whose interval ends inside one of ``spans`` (the window's profiled steps
+    and the unprofiled steps its check timed) when there are at least ``MIN_WINDOW_SAMPLES`` of
+    them (``samples_scope`` "window"), else over the whole run ("run"): start-up, imports, the
+    trace export and the steps before the window dilute a saturation the steady steps show.
+    Maxima (memory, processes) are over the whole run."""
     if not samples:
         return None
+    whole = samples
+    scope = "run"
+    inside = [x for x in samples
+              if any(a < x.get("t", 0.0) <= b + INTERVAL_S for a, b in spans)]
+    if len(inside) >= MIN_WINDOW_SAMPLES:
+        samples, scope = inside, "window"
     cores = len(samples[0]["cpu"])
     per_core = [sum(s["cpu"][i] for s in samples) / len(samples) / 100.0 for i in range(cores)]
     out: dict[str, Any] = {
@@ -227,17 +245,18 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any] | None:
         "cores": cores,
         "cpu_busy_per_core": [round(c, 3) for c in per_core],
         "cpu_busy_mean": round(sum(per_core) / cores, 3),
-        "rss_max_bytes": max(s["rss"] for s in samples),
-        "child_processes": max(s.get("children", 0) for s in samples),
+        "samples_scope": scope,
+        "rss_max_bytes": max(s["rss"] for s in whole),
+        "child_processes": max(s.get("children", 0) for s in whole),
         "children_cpu_cores_mean": round(sum(s["children_cpu"] for s in samples)
                                          / len(samples), 3),
     }
     job = [s for s in samples if "job_cpu" in s]
     if job:
         out["job_cpu_cores_mean"] = round(sum(s["job_cpu"] for s in job) / len(job), 3)
-        out["job_processes"] = max(s["job_processes"] for s in job)
+        out["job_processes"] = max(s["job_processes"] for s in whole if "job_processes" in s)
     gpu = [s for s in samples if "gpu_util" in s]
     if gpu:
         out["gpu_util_mean"] = round(sum(s["gpu_util"] for s in gpu) / len(gpu) / 100.0, 3)
-        out["gpu_mem_max_bytes"] = max(s["gpu_mem"] for s in gpu)
+        out["gpu_mem_max_bytes"] = max(s["gpu_mem"] for s in whole if "gpu_mem" in s)
     return out

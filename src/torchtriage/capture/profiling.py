@@ -91,7 +91,22 @@ class ProfilingWindow:
             self.sampler = None
 
     def stop_sampling(self) -> dict[str, Any] | None:
-        return self.sampler.stop() if self.sampler is not None else None
+        """The machine summary, its CPU means over the last window's steady steps when they
+        hold enough samples (capture/machine.py)."""
+        return self.sampler.stop(self._steady_spans()) if self.sampler is not None else None
+
+    def _steady_spans(self) -> list[tuple[float, float]]:
+        """``time.perf_counter()`` spans of the last window's profiled steps and of the
+        unprofiled steps its check timed (not the export between them): each from the end of
+        the step before its first to the end of its last. Empty before any window ran."""
+        last = self.checks[-1] if self.checks else None
+        runs = ([(last.first_step, last.last_step)] if last else
+                [s for s in (self.active_steps(),) if s is not None])
+        if last is not None and last.after_first_step and last.after_steps:
+            runs.append((last.after_first_step, last.after_first_step + last.after_steps - 1))
+        ends = self.clock.ends
+        return [(ends[a - 2], ends[min(b, len(ends)) - 1]) for a, b in runs
+                if 2 <= a <= len(ends)]
 
     def start_step(self, steps: int) -> tuple[int, str]:
         """After how many steps the window starts, and why there (asked at each step until it

@@ -7,6 +7,8 @@ schema version, never renamed or removed.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from torchtriage.diagnosis.vocabulary import (
@@ -234,6 +236,9 @@ class MachineInfo(msgspec.Struct, kw_only=True):
     cores_available_source: str | None = None  # "affinity" | "cgroup cpu.max" | ...
     cpu_capability: str | None = None  # torch.backends.cpu.get_cpu_capability()
     cpu_bf16: list[str] | None = None  # native bf16 instruction sets found (None: unknown)
+    # what the CPU and GPU means are over: the profiled steps ("window", when they hold enough
+    # samples) or the whole run ("run"); maxima are always the whole run's
+    samples_scope: Literal["window", "run"] = "run"
 
     @property
     def job_cores(self) -> float:

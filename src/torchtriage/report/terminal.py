@@ -256,7 +256,9 @@ def _machine(d: Diagnosis) -> Text:
         text.append(plain(f"(not sampled): {cores:g} cores ({limit}); "
                           f"CPU {m.cpu_capability or '?'}, native bf16: {bf16}\n"))
         return text
-    text.append(plain(f"(sampled while the script ran, {m.samples} samples): ", style="dim"))
+    when = ("during the profiled and checked steps" if m.samples_scope == "window"
+            else "while the script ran")
+    text.append(plain(f"(sampled {when}, {m.samples} samples): ", style="dim"))
     if m.job_cpu_cores_mean is not None:
         text.append(plain(
             f"the job's {m.job_processes or 1} process(es) used {m.job_cpu_cores_mean:.2f} of "
