@@ -460,3 +460,17 @@ def test_a_cpu_trace_keeps_its_shares_whatever_the_window_check(tmp_path):
     d = diagnose(trace, windows=[_check(plain.breakdown.median_step_ms, 1.0)])
     assert d.layers == plain.layers
     assert "steps.profiler_overhead" not in {f.id for f in d.findings}
+
+
+def test_the_header_names_the_training_steps_beside_the_profiler_steps():
+    """A trace numbers its steps from the profiler's start (#2-#4); `run` counts training
+    steps (the window at 3-7 here): the reports give both."""
+    import torchtriage
+    from torchtriage.report.html import diagnosis_page
+
+    trace = load_trace(FIXTURES_GPU / "launch_bound.pt.trace.json.gz")
+    d = diagnose(trace, windows=[_check(20.0, 20.0)])
+    text = " ".join(torchtriage.render_text(d).split())
+    assert "steps #3-#7 (training steps 3-7)" in text, text
+    assert "(training steps 3-7)" in diagnosis_page(d)
+    assert "training steps" not in torchtriage.render_text(diagnose(trace))

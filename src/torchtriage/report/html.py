@@ -143,6 +143,8 @@ def diagnosis_page(doc: Diagnosis | JobDiagnosis, details: list[TraceDetail] | N
 def _diagnosis_sections(page: Page, d: Diagnosis, trace: TraceDetail | None) -> None:
     t = d.trace
     where = f"{t.mode.upper()} trace, {t.events:,} events, {len(t.steps_analyzed)} step(s)"
+    if d.window is not None:
+        where += f" (training steps {d.window.first_step}-{d.window.last_step})"
     if t.devices:
         where += f", {t.devices[0]}"
     page.add(f'<section id="verdict"><div class="verdict">Bottleneck: '

@@ -56,6 +56,8 @@ def renderable(d: Diagnosis) -> RenderableType:
 def _header(d: Diagnosis) -> Panel:
     t = d.trace
     where = f"{t.mode.upper()} trace, {t.events:,} events, steps {_steps(t.steps_analyzed)}"
+    if d.window is not None:  # the trace counts profiler steps; the run, training steps
+        where += f" (training steps {d.window.first_step}-{d.window.last_step})"
     if not t.path and d.out_of_memory is not None:
         where = f"no trace: out of memory on step {d.out_of_memory.step}"
     if t.step_source != "profiler_step":
