@@ -474,3 +474,16 @@ def test_the_header_names_the_training_steps_beside_the_profiler_steps():
     assert "steps #3-#7 (training steps 3-7)" in text, text
     assert "(training steps 3-7)" in diagnosis_page(d)
     assert "training steps" not in torchtriage.render_text(diagnose(trace))
+
+
+def test_a_window_with_a_one_off_step_says_which_step():
+    from torchtriage.diagnosis.windows import window_findings
+
+    odd = msgspec.structs.replace(_check(250.0, 20.0), representative=False, one_off_step=6,
+                                  one_off_step_ms=1190.0)
+    again = window_findings([odd, _check(20.0, 20.0)])
+    assert "step 6 took 1190 ms, a one-off" in again[0].message
+    (last,) = window_findings([odd])
+    assert last.id == "steps.window_not_steady" and "Profiled step 6 took 1190 ms" in last.message
+    assert last.evidence[0].metric == "one_off_step_over_after_mean"
+    assert last.evidence[0].value == pytest.approx(59.5)

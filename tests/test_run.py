@@ -572,3 +572,35 @@ def test_the_cost_probe_sees_a_whole_step_where_the_optimizer_cycle_becomes_know
     rec = record(out)
     assert rec["schedule"]["wait"] == 1 and rec["profile_cost"]["events_per_step"] > 0, rec
     assert rec["windows"][0]["first_step"] == 6  # started after step 2; 1 wait + 2 warm-up
+
+
+def test_a_one_off_step_in_the_window_is_not_steady_state(tmp_path):
+    """A checkpoint or an epoch boundary inside the window (dcgan on an H200: 1,190 ms among
+    steps of 20) makes one step far longer than the others, and the steps checked after the
+    window do not repeat it: the window is not steady state, and says which step."""
+    from torchtriage.diagnosis import thresholds as th
+
+    check = _checked_window(tmp_path, lambda step: 0,
+                            lambda step: 1190.0 if step == 39 else 20.0)
+    assert check.representative is False and check.one_off_step == 39, check
+    assert check.one_off_step_ms == 1190.0
+    # a loader whose two workers deliver in turn: slow every other step, after the window too
+    alternating = _checked_window(tmp_path, lambda step: 0,
+                                  lambda step: 185.0 if step % 2 else 20.0)
+    assert alternating.one_off_step is None and alternating.representative is True
+    assert th.one_off_step([20.0, 20.0], [20.0]) is None  # no median to judge by
+
+
+def test_a_checkpoint_inside_the_window_is_found_and_the_window_profiled_again(tmp_path):
+    """A 1 s checkpoint after step 9 lands in the window (steps 6-10 or so) of a 1 ms step;
+    the checked steps after it (before the next one, after step 18) do not repeat it."""
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "checkpoint_step.py"), "--steps",
+                    "60", "--every", "9")
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads((out / "diagnosis.json").read_text())
+    first = (d["superseded_windows"] or [d["window"]])[0]
+    assert first["first_step"] <= 10 <= first["last_step"], first
+    assert first["one_off_step"] == 10 and first["one_off_step_ms"] > 900, first
+    assert first["representative"] is False
+    messages = " ".join(f["message"] for f in d["findings"])
+    assert "step 10 took" in messages and "one-off" in messages, messages

@@ -23,7 +23,9 @@ Draining: over the last ``DRAIN_READINGS`` ready-queue readings the queue fell b
 batches and still holds more than one (a queue that keeps up hovers near full; one that cannot
 stays near empty). The mean is compared (means, not medians: a loader-bound job's steps alternate
 fast and slow as its workers deliver in turn, and a median of five picks a side); when it is
-more than ``window_drift`` slower, the window was not representative. Its trace moves to
+more than ``window_drift`` slower, the window was not representative. Nor was it when one of
+its steps is a one-off (``one_off_step``: far longer than the window's median, and no checked
+step as long: a checkpoint or an epoch boundary inside the window). Its trace moves to
 ``superseded/`` and the window is profiled again from the next step (once); when training
 ends before that window's first profiled step, the earlier window's trace is restored (its
 check says it was not steady state) and the new warm-up-only trace is set aside. With
@@ -258,6 +260,11 @@ class ProfilingWindow:
             check.after_mean_ms, check.after_steps = round(later, 3), len(after)
             check.after_first_step = after_first
             check.representative = th.window_holds(profiled, later)
+            odd = th.one_off_step(inside, after)
+            if odd is not None:
+                check.one_off_step = max(first, 2) + odd
+                check.one_off_step_ms = inside[odd]
+                check.representative = False
         return check
 
     def _supersede(self) -> Any:

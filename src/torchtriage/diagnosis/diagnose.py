@@ -46,6 +46,7 @@ from torchtriage.diagnosis.vocabulary import (
     LAYERS,
     TIME_LAYERS,
 )
+from torchtriage.diagnosis.windows import window_findings
 from torchtriage.trace.model import EventKind, Trace
 from torchtriage.version import __version__
 
@@ -107,7 +108,7 @@ def diagnose(
             confidence = CONFIDENCE_LEVELS[max(CONFIDENCE_LEVELS.index(confidence) - 1, 0)]
     if contended is not None:
         findings.insert(0, contended)
-    findings.extend(_window_findings(windows or []))
+    findings.extend(window_findings(windows or []))
     if facts.profiler_overhead is not None:
         findings.append(overhead_finding(facts.profiler_overhead, len(steps)))
     for layer in (primary, *[x for x in ("memory", *ranked) if x != primary]):
@@ -212,32 +213,6 @@ def build_facts(trace: Trace, *, device_memory: int | None = None, oom: bool = F
         float64_share=(float64_share_device(trace, steps) if gpu else
                        float64_share_host(trace, steps, nesting)),
     )
-
-
-def _window_findings(windows: list[r.WindowCheck]) -> list[r.Finding]:
-    """What the run's window checks say (see capture/profiling.py)."""
-    out = []
-    for old in windows[:-1]:
-        out.append(r.Finding(
-            id="steps.window_profiled_again", severity="info",
-            message=f"The window at steps {old.first_step}-{old.last_step} was not steady state "
-                    f"({old.profiled_mean_ms:.1f} ms per step profiled, "
-                    f"{old.after_mean_ms or 0:.1f} ms after it): profiled again later."))
-    if windows and windows[-1].representative is False:
-        w = windows[-1]
-        out.append(r.Finding(
-            id="steps.window_not_steady", severity="warning",
-            message=f"The profiled steps {w.first_step}-{w.last_step} ran at "
-                    f"{w.profiled_mean_ms:.1f} ms per step, the {w.after_steps} steps after "
-                    f"them at {w.after_mean_ms or 0:.1f} ms: the window was not steady state "
-                    "(a DataLoader queue filled earlier, a warm-up), so this verdict may not "
-                    "hold for the rest of the run.",
-            evidence=[r.Evidence(metric="after_over_profiled_step_time",
-                                 value=round((w.after_mean_ms or 0) / w.profiled_mean_ms, 4)
-                                 if w.profiled_mean_ms else 0.0, unit="ratio",
-                                 threshold=1 + w.threshold, comparison=">", fired=True,
-                                 source=th.WINDOW_DRIFT.source)]))
-    return out
 
 
 def diagnose_out_of_memory(report: r.OutOfMemory, *, device_memory: int | None = None,

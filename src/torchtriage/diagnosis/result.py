@@ -325,6 +325,10 @@ class WindowCheck(msgspec.Struct, kw_only=True):
     # the first of those steps: later than the window's queue when a refilled queue drained
     after_first_step: int | None = None
     representative: bool | None = None  # None: the script ended before the check
+    # a profiled step far longer than the others that no checked step matched (one_off_step):
+    # a checkpoint, an epoch boundary; the window is then not representative
+    one_off_step: int | None = None
+    one_off_step_ms: float | None = None
     threshold: float = 0.25  # window_drift
 
 

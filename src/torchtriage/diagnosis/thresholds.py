@@ -251,6 +251,32 @@ OVERHEAD_OUTLIER_STEP = Threshold(
     "DataLoader workers) took 59x its window's median; nanoGPT's slowest profiled step 1.36x",
 )
 
+ONE_OFF_STEP = Threshold(
+    "one_off_step", 3.0, "times the window's median step",
+    "a profiled step longer than this times the window's median, when none of the unprofiled "
+    "steps checked after the window comes within this factor of it, is a one-off event (a "
+    "checkpoint, an epoch boundary that restarts the DataLoader's workers, an evaluation): the "
+    "window is not steady state and is profiled again; a step as slow among the checked steps "
+    "is the job's own rhythm (a loader whose workers deliver in turn, a checkpoint every few "
+    "steps) and stays",
+    "torchtriage default, H200 2026-12-02: dcgan's epoch-boundary step took 1,190 ms among "
+    "window steps of 19-21 ms and checked steps of 15-22 ms; a 2-worker loader that cannot keep "
+    "up alternates 20 and 185 ms steps, in the window and after it alike",
+)
+
+
+def one_off_step(profiled_ms: list[float], later_ms: list[float]) -> int | None:
+    """Index of the longest profiled step when it is a one-off (``one_off_step``), else None.
+    Needs 3 profiled steps (a median to judge by)."""
+    if len(profiled_ms) < 3 or not later_ms:
+        return None
+    factor = ONE_OFF_STEP.value
+    longest = max(range(len(profiled_ms)), key=profiled_ms.__getitem__)
+    odd = profiled_ms[longest]
+    if odd > sorted(profiled_ms)[len(profiled_ms) // 2] * factor and max(later_ms) < odd / factor:
+        return longest
+    return None
+
 
 def window_holds(profiled_ms: float, later_ms: float) -> bool:
     """Whether steps timed later (unprofiled) bear a profiled window out: at most
@@ -312,6 +338,7 @@ ALL: tuple[Threshold, ...] = (
     WINDOW_CHECK_STEPS,
     PROFILER_INFLATION,
     OVERHEAD_OUTLIER_STEP,
+    ONE_OFF_STEP,
     PROFILE_EVENTS_BUDGET,
     PROFILE_EXPORT_US_PER_EVENT,
     MEMORY_NEAR_CAPACITY,

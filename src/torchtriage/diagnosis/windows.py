@@ -1,0 +1,52 @@
+"""What ``torchtriage run``'s window checks say, as findings: windows set aside and profiled
+again (``steps.window_profiled_again``), and a last window that still was not steady state
+(``steps.window_not_steady``: slower steps after it, or a one-off step inside it), which also
+lowers the confidence (diagnose.py). The checks themselves are made in the training process
+(capture/profiling.py)."""
+
+from __future__ import annotations
+
+from torchtriage.diagnosis import result as r
+from torchtriage.diagnosis import thresholds as th
+
+
+def window_findings(windows: list[r.WindowCheck]) -> list[r.Finding]:
+    """What the run's window checks say (see capture/profiling.py)."""
+    out = []
+    for old in windows[:-1]:
+        why = (f"step {old.one_off_step} took {old.one_off_step_ms:.0f} ms, a one-off the "
+               "steps after it did not repeat" if old.one_off_step is not None else
+               f"{old.profiled_mean_ms:.1f} ms per step profiled, "
+               f"{old.after_mean_ms or 0:.1f} ms after it")
+        out.append(r.Finding(
+            id="steps.window_profiled_again", severity="info",
+            message=f"The window at steps {old.first_step}-{old.last_step} was not steady state "
+                    f"({why}): profiled again later."))
+    if windows and windows[-1].representative is False and windows[-1].one_off_step is not None:
+        w = windows[-1]
+        out.append(r.Finding(
+            id="steps.window_not_steady", severity="warning",
+            message=f"Profiled step {w.one_off_step} took {w.one_off_step_ms:.0f} ms, the "
+                    f"{w.after_steps} steps after the window {w.after_mean_ms or 0:.1f} ms on "
+                    "average and none as long: a one-off (a checkpoint, an epoch boundary, an "
+                    "evaluation) weighs on the shares, so this verdict may not hold for the "
+                    "rest of the run.",
+            evidence=[r.Evidence(metric="one_off_step_over_after_mean",
+                                 value=round((w.one_off_step_ms or 0) / (w.after_mean_ms or 1), 4),
+                                 unit="ratio", threshold=th.ONE_OFF_STEP.value, comparison=">",
+                                 fired=True, source=th.ONE_OFF_STEP.source)]))
+    elif windows and windows[-1].representative is False:
+        w = windows[-1]
+        out.append(r.Finding(
+            id="steps.window_not_steady", severity="warning",
+            message=f"The profiled steps {w.first_step}-{w.last_step} ran at "
+                    f"{w.profiled_mean_ms:.1f} ms per step, the {w.after_steps} steps after "
+                    f"them at {w.after_mean_ms or 0:.1f} ms: the window was not steady state "
+                    "(a DataLoader queue filled earlier, a warm-up), so this verdict may not "
+                    "hold for the rest of the run.",
+            evidence=[r.Evidence(metric="after_over_profiled_step_time",
+                                 value=round((w.after_mean_ms or 0) / w.profiled_mean_ms, 4)
+                                 if w.profiled_mean_ms else 0.0, unit="ratio",
+                                 threshold=1 + w.threshold, comparison=">", fired=True,
+                                 source=th.WINDOW_DRIFT.source)]))
+    return out
