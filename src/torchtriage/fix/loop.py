@@ -330,9 +330,10 @@ class _Loop:
             fits, need = self.budget.allows(fresh, COMPILE_ESTIMATE_S if compiling else 0.0)
             if not fits:
                 step.why = (step.why + "; " if step.why else "") + (
-                    f"{search.knob}={value!r} not tried: it needs ~{need:.0f} s, "
+                    f"{search.knob}={value!r} not tried: it needs ~{need:.0f} s beside the "
+                    f"{self.budget.reserve_s:.0f} s kept for the final A/B, and "
                     f"{max(self.budget.seconds - self.budget.elapsed, 0):.0f} s of the budget "
-                    f"left, {self.budget.reserve_s:.0f} s of them kept for the final A/B")
+                    "are left")
                 if step.kept_value is None:
                     step.result = "skipped"
                 return ("budget" if step.kept_value is None else "kept"), verdict
