@@ -589,6 +589,9 @@ def test_a_one_off_step_in_the_window_is_not_steady_state(tmp_path):
                                   lambda step: 185.0 if step % 2 else 20.0)
     assert alternating.one_off_step is None and alternating.representative is True
     assert th.one_off_step([20.0, 20.0], [20.0]) is None  # no median to judge by
+    # a stall of tens of ms among 8 ms steps (a busy machine's scheduler): not a one-off
+    assert th.one_off_step([8.0, 9.0, 60.0, 8.0, 5.0], [5.0, 6.0, 4.0, 5.0, 6.0]) is None
+    assert th.one_off_step([8.0, 9.0, 160.0, 8.0, 5.0], [5.0, 6.0, 4.0, 5.0, 6.0]) == 2
 
 
 def test_a_checkpoint_inside_the_window_is_found_and_the_window_profiled_again(tmp_path):

@@ -264,16 +264,29 @@ ONE_OFF_STEP = Threshold(
     "up alternates 20 and 185 ms steps, in the window and after it alike",
 )
 
+ONE_OFF_MIN_MS = Threshold(
+    "one_off_min_ms", 100.0, "ms over the window's median step",
+    "the least a one-off step (one_off_step) must exceed the window's median by: shorter "
+    "stalls are the scheduler's on a busy machine, not a checkpoint or an epoch boundary, and "
+    "profiling again for one of them would only move the window (on one rank of several, "
+    "apart from the others)",
+    "torchtriage default, CI 2026-12-02: a 2-rank gloo job of 5-9 ms steps on a loaded 2-core "
+    "machine had one rank profile again for a stall of a few tens of ms; the one-offs seen on "
+    "real jobs cost 1,000 ms and more (dcgan's epoch boundary 1,170 ms over its median)",
+)
+
 
 def one_off_step(profiled_ms: list[float], later_ms: list[float]) -> int | None:
-    """Index of the longest profiled step when it is a one-off (``one_off_step``), else None.
-    Needs 3 profiled steps (a median to judge by)."""
+    """Index of the longest profiled step when it is a one-off (``one_off_step``, at least
+    ``one_off_min_ms`` over the median), else None. Needs 3 profiled steps (a median to judge
+    by)."""
     if len(profiled_ms) < 3 or not later_ms:
         return None
     factor = ONE_OFF_STEP.value
     longest = max(range(len(profiled_ms)), key=profiled_ms.__getitem__)
-    odd = profiled_ms[longest]
-    if odd > sorted(profiled_ms)[len(profiled_ms) // 2] * factor and max(later_ms) < odd / factor:
+    odd, median = profiled_ms[longest], sorted(profiled_ms)[len(profiled_ms) // 2]
+    if (odd > median * factor and odd - median >= ONE_OFF_MIN_MS.value
+            and max(later_ms) < odd / factor):
         return longest
     return None
 
@@ -339,6 +352,7 @@ ALL: tuple[Threshold, ...] = (
     PROFILER_INFLATION,
     OVERHEAD_OUTLIER_STEP,
     ONE_OFF_STEP,
+    ONE_OFF_MIN_MS,
     PROFILE_EVENTS_BUDGET,
     PROFILE_EXPORT_US_PER_EVENT,
     MEMORY_NEAR_CAPACITY,
