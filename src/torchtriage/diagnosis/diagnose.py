@@ -110,7 +110,7 @@ def diagnose(
         findings.insert(0, contended)
     findings.extend(window_findings(windows or []))
     if facts.profiler_overhead is not None:
-        findings.append(overhead_finding(facts.profiler_overhead, len(steps)))
+        findings.append(overhead_finding(facts.profiler_overhead))
     for layer in (primary, *[x for x in ("memory", *ranked) if x != primary]):
         findings.extend(verdicts[layer].findings)
     dynamic = dynamic_shape_ops(trace, steps)

@@ -38,7 +38,8 @@ class ProfilerOverhead(msgspec.Struct, frozen=True):
     profiled_mean_ms: float  # the analysed steps' mean wall time in the trace (outliers out)
     unprofiled_mean_ms: float  # host time per unprofiled step after the window (run's clock)
     removed_us: float  # host-layer time taken out of the analysed steps
-    outlier_steps: int = 0  # analysed steps left out as outliers (their time stays)
+    steps: int  # the analysed steps
+    outlier_steps: int = 0  # of them, left out as outliers (their time stays)
 
     @property
     def ratio(self) -> float:
@@ -59,13 +60,14 @@ def profiler_overhead(window: WindowCheck | None, *, gpu: bool, step_wall_us: Se
         return None
     removed = min(host_us, len(kept) * (profiled - later) * 1e3)
     return ProfilerOverhead(profiled_mean_ms=round(profiled, 3), unprofiled_mean_ms=later,
-                            removed_us=removed, outlier_steps=len(step_wall_us) - len(kept))
+                            removed_us=removed, steps=len(step_wall_us),
+                            outlier_steps=len(step_wall_us) - len(kept))
 
 
-def overhead_finding(overhead: ProfilerOverhead, steps: int) -> Finding:
+def overhead_finding(overhead: ProfilerOverhead) -> Finding:
     """The ``steps.profiler_overhead`` finding: the figures and what was done with them."""
     t = th.PROFILER_INFLATION
-    per_step = overhead.removed_us / 1e3 / max(steps - overhead.outlier_steps, 1)
+    per_step = overhead.removed_us / 1e3 / max(overhead.steps - overhead.outlier_steps, 1)
     outliers = (f" (less {overhead.outlier_steps} outlier step(s) over "
                 f"{th.OVERHEAD_OUTLIER_STEP.value:g}x the median, whose time stays)"
                 if overhead.outlier_steps else "")

@@ -233,10 +233,11 @@ WINDOW_DRIFT = Threshold(
 
 PROFILER_INFLATION = Threshold(
     "profiler_inflation", 0.25, "fraction of step time",
-    "on a GPU trace from `torchtriage run`: when the profiled steps' mean host time exceeds that "
-    "of the unprofiled steps timed after the window by more than this, the difference is time "
-    "the profiler added on the host side (recording each op and launch), and it is taken out of "
-    "the host layer before the layers are compared; layer shares are then of the unprofiled step",
+    "on a GPU trace from `torchtriage run`: when the analysed steps' mean wall time in the trace "
+    "(steps over overhead_outlier_step x the median left out) exceeds the mean host time of the "
+    "unprofiled steps timed after the window by more than this, the difference is time the "
+    "profiler added on the host side (recording each op and launch), and it is taken out of the "
+    "host layer before the layers are compared; layer shares are then of the unprofiled step",
     "torchtriage default, same band as window_drift; H200, nanoGPT (GPT-2 124M shape, bf16, 4 "
     "micro-batches, 2,795 kernels per step): 142 ms per profiled step against 88 ms unprofiled "
     "with 90 ms of kernels per step, and the uncorrected verdict was host (2026-12-02)",
