@@ -25,7 +25,8 @@ stays near empty). The mean is compared (means, not medians: a loader-bound job'
 fast and slow as its workers deliver in turn, and a median of five picks a side); when it is
 more than ``window_drift`` slower, the window was not representative. Nor was it when one of
 its steps is a one-off (``one_off_step``: far longer than the window's median, and no checked
-step as long: a checkpoint or an epoch boundary inside the window). Its trace moves to
+step as long: a checkpoint or an epoch boundary inside the window; single-process runs only,
+since the ranks of a job would each decide alone). Its trace moves to
 ``superseded/`` and the window is profiled again from the next step (once); when training
 ends before that window's first profiled step, the earlier window's trace is restored (its
 check says it was not steady state) and the new warm-up-only trace is set aside. With
@@ -260,7 +261,9 @@ class ProfilingWindow:
             check.after_mean_ms, check.after_steps = round(later, 3), len(after)
             check.after_first_step = after_first
             check.representative = th.window_holds(profiled, later)
-            odd = th.one_off_step(inside, after)
+            # one process only: each rank would decide alone, and a retry on one rank of
+            # several moves its window apart from the others' (nothing makes them agree yet)
+            odd = th.one_off_step(inside, after) if _world_size() == 1 else None
             if odd is not None:
                 check.one_off_step = max(first, 2) + odd
                 check.one_off_step_ms = inside[odd]
@@ -308,3 +311,11 @@ class ProfilingWindow:
             self.session.cost = previous.cost
         self.session.dataset_totals = self.dataset_totals
         self.session.__enter__()
+
+
+def _world_size() -> int:
+    """The job's processes, as torchrun and other launchers say (1 when none does)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
