@@ -236,8 +236,10 @@ def test_run_checks_the_window_the_cost_guard_shortened(tmp_path):
     assert "torchtriage: one step records about" in proc.stderr
     rec = record(out)
     assert rec["profile_cost"]["recorded_steps"] == 2  # 2 active; the warm-up step prepared
-    (window,) = rec["windows"]
-    assert window["last_step"] - window["first_step"] + 1 == 2
+    # a loaded machine may find the first window unsteady and profile again: each window
+    # recorded, a retry included, keeps the shortened length
+    windows = rec["windows"]
+    assert windows and all(w["last_step"] - w["first_step"] + 1 == 2 for w in windows), windows
     doc = diagnosis(out) if (out / "diagnosis.json").exists() else None
     assert doc is None or len(doc["trace"]["steps_analyzed"]) == 2
 

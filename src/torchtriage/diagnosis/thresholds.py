@@ -303,7 +303,8 @@ WINDOW_CHECK_STEPS = Threshold(
     "window_check_steps", 5, "steps",
     "unprofiled steps timed after the window for that check (the step right after the window, "
     "which carries the trace export, is not counted)",
-    "torchtriage default: a median of 5 is robust to one odd step",
+    "torchtriage default: their mean, a throughput figure like the window's (a median would "
+    "miss a loader that stalls every few steps); 5 steps keep the check short",
 )
 DATASET_GETITEM_SHARE = Threshold(
     "dataset_getitem_share", 0.5, "share of a batch's loading time",
