@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from torchtriage.capture.agreement import torchrun_store
 from torchtriage.diagnosis.result import OutOfMemory, WindowCheck
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ def share_over_store(out: Path, rank: int, world_size: int, trace: Path | None,
     rendezvous store; rank 0 gathers them into ``diagnosis.json``. No shared filesystem is
     needed and no rank parses another rank's trace. False when there is no store to reach or
     the exchange failed (the caller falls back to the shared run directory)."""
-    store = _torchrun_store()
+    store = torchrun_store()
     if store is None or trace is None:
         return False
     from torchtriage.diagnosis.diagnose import diagnose
@@ -81,17 +82,3 @@ def wait_for_records(out: Path, world_size: int, seconds: float = WAIT_FOR_RANKS
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.2)
-
-
-def _torchrun_store():
-    """A client of torchrun's rendezvous store (MASTER_ADDR:MASTER_PORT), or None."""
-    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "")
-    if not addr or not port.isdigit() or "TORCHELASTIC_RUN_ID" not in os.environ:
-        return None
-    try:
-        from torch.distributed import TCPStore
-
-        return TCPStore(addr, int(port), is_master=False, timeout=timedelta(seconds=30),
-                        wait_for_workers=False)
-    except Exception:
-        return None

@@ -25,31 +25,42 @@ stays near empty). The mean is compared (means, not medians: a loader-bound job'
 fast and slow as its workers deliver in turn, and a median of five picks a side); when it is
 more than ``window_drift`` slower, the window was not representative. Nor was it when one of
 its steps is a one-off (``one_off_step``: far longer than the window's median, and no checked
-step as long: a checkpoint or an epoch boundary inside the window; single-process runs only,
-since the ranks of a job would each decide alone). Its trace moves to
+step as long: a checkpoint or an epoch boundary inside the window; not where the ranks of a
+job each decide alone). Its trace moves to
 ``superseded/`` and the window is profiled again from the next step (once); when training
 ends before that window's first profiled step, the earlier window's trace is restored (its
 check says it was not steady state) and the new warm-up-only trace is set aside. With
 ``stop_after_window`` the script is stopped once the final window is checked (``fix`` profile
-rounds).
+rounds). In a torchrun job, rank 0 makes these decisions for every rank and publishes them
+``LEAD_STEPS`` ahead; the others follow (capture/agreement.py).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import statistics
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from torchtriage.capture.agreement import (
+    FOLLOW_WAIT_S,
+    LEAD_STEPS,
+    NO_WINDOW,
+    WindowAgreement,
+    world_size,
+)
 from torchtriage.capture.steps import StepClock
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.result import WindowCheck
 from torchtriage.results.run import WINDOW_MARKER, Schedule, decode_record
 
+log = logging.getLogger(__name__)
 CHECK_STEPS = int(th.WINDOW_CHECK_STEPS.value)
 DRAIN_LIMIT = 4  # the window waits for a draining queue at most this many queues' steps
 DRAIN_READINGS = 6  # ready-queue readings over which a draining queue falls by 2 or more
@@ -79,6 +90,16 @@ class ProfilingWindow:
         self._check_from: int | None = None  # the current window's first checked step, once set
         self._retries = RETRIES
         self._sampling_tried = False
+        # the ranks of a torchrun job agree on their windows (capture/agreement.py); looked
+        # up at the first step, not while the script imports
+        self.agreement: WindowAgreement | None = None
+        self._agreement_pending = True
+        # a window decided but not started yet: after how many steps, why, and whether it
+        # sets the current one aside (a window profiled again)
+        self._pending: tuple[int, str, bool] | None = None
+        self._windows = 0  # windows started so far: the index of the next one
+        self._checked = False  # the current window's check is complete
+        self._decided_at: float | None = None  # when a follower began to wait for rank 0
 
     def start_sampling(self) -> None:
         """Sample the machine from the first training step on (not during imports); once."""
@@ -125,6 +146,8 @@ class ProfilingWindow:
             start = steps + 1
             reason += " (and the queue was still draining)"
         length = self.schedule.steps + queue  # the warm-up grows by the queue, see above
+        if self.agreement is not None and self.agreement.leader:
+            length += LEAD_STEPS  # a job's leader starts it that much later
         if self.max_steps is not None and start > self.max_steps - length:
             start = max(self.max_steps - length, self.skip, 1)
             reason += f" (as far as --steps {self.max_steps} allows)"
@@ -143,25 +166,98 @@ class ProfilingWindow:
         probe started here would see an empty step)."""
         if self.done:
             return False
+        if self._agreement_pending:
+            self._agreement_pending = False
+            self.agreement = WindowAgreement.for_job(self.out, self.rank)
+        decision = self._follow(steps) if self._following() and self._pending is None else None
+        if self._pending is not None:
+            after, reason, again = self._pending
+            if steps >= after and may_start:
+                self._pending = None
+                self._start_session(steps, reason, self._supersede() if again else None)
+            return False
         if self.session is None:
-            start, reason = self.start_step(steps)
-            if steps >= start and may_start:
-                self._start_session(steps, reason)
+            if not self._following():  # a follower waits for rank 0's decision
+                start, reason = self.start_step(steps)
+                if steps >= start and may_start:
+                    self._decide(steps, reason, again=False)
             return False
         if self.session.trace_path is None:
             self.session.step()
             return False
         self._await_check_start(steps)
-        check = self._check(steps, final=False)
-        if check is None:
-            return False  # still timing the steps after the window
-        self.checks.append(check)
+        if not self._checked:
+            check = self._check(steps, final=False)
+            if check is None:
+                return False  # still timing the steps after the window
+            self.checks.append(check)
+            self._checked, self._decided_at = True, time.monotonic()
+        if self._following():
+            return self._finish_window() if decision == NO_WINDOW else False
+        check = self.checks[-1]
         if check.representative is False and self._retries > 0:
             self._retries -= 1
-            first = self._supersede()
-            self._start_session(steps, f"profiled again: the window at steps {check.first_step}"
-                                       f"-{check.last_step} was not steady state", first)
+            self._decide(steps, f"profiled again: the window at steps {check.first_step}"
+                                f"-{check.last_step} was not steady state", again=True)
             return False
+        if self.agreement is not None:
+            self.agreement.publish(self._windows, None)
+        return self._finish_window()
+
+    def _following(self) -> bool:
+        return self.agreement is not None and not self.agreement.leader
+
+    def _decide(self, steps: int, reason: str, *, again: bool) -> None:
+        """Start a window (``again``: after setting the current one aside) after this step,
+        or, for a job's leader, publish it for ``LEAD_STEPS`` later and start it then."""
+        if self.agreement is not None and self.agreement.leader:
+            after = steps + LEAD_STEPS
+            if self.max_steps is not None:  # no later than --steps allows, if it can be helped
+                latest = self.max_steps - self.schedule.steps - self.loader_queue()
+                after = max(steps + 1, min(after, latest))
+            reason += "; rank 0 decides for the job's ranks"
+            self.agreement.publish(self._windows, after, reason)
+            self._pending = (after, reason, again)
+            return
+        self._start_session(steps, reason, self._supersede() if again else None)
+
+    def _follow(self, steps: int) -> tuple[int, str] | str | None:
+        """A follower between windows: rank 0's decision on the next window (its start is
+        then pending), or None while there is none; after waiting ``FOLLOW_WAIT_S`` past the
+        point where its own rules would have acted, it decides alone from then on (see
+        capture/agreement.py)."""
+        assert self.agreement is not None
+        if self.session is not None and self.session.trace_path is None:
+            return None  # profiling: nothing to decide
+        decision = self.agreement.decision(self._windows)
+        if decision is None:
+            if self._decided_at is None and self.session is None \
+                    and steps >= self.start_step(steps)[0]:
+                self._decided_at = time.monotonic()
+            if self._decided_at is not None and \
+                    time.monotonic() - self._decided_at > FOLLOW_WAIT_S:
+                log.warning("torchtriage: rank %d heard no profiling decision from rank 0 in "
+                            "%.0f s; it decides alone", self.rank, FOLLOW_WAIT_S)
+                self.agreement = None
+            return None
+        if decision == NO_WINDOW:
+            return decision
+        again = self.session is not None
+        if again:
+            if not self._checked:  # rank 0 decided first: this rank's check as it stands
+                check = self._check(steps, final=True)
+                if check is not None:
+                    self.checks.append(check)
+                self._checked = True
+            self._retries -= 1
+        after, reason = decision
+        if steps > after:
+            log.warning("torchtriage: rank %d learned of rank 0's window (after step %d) at "
+                        "step %d; it starts now", self.rank, after, steps)
+        self._pending = (after, reason, again)
+        return decision
+
+    def _finish_window(self) -> bool:
         self.done = True
         marker = self.out / WINDOW_MARKER.format(rank=self.rank)  # the parent may diagnose it
         marker.write_bytes(msgspec.json.encode(self.checks))
@@ -169,7 +265,8 @@ class ProfilingWindow:
 
     def finish_checks(self, steps: int) -> None:
         """At the end of the run: a window whose check was cut short is recorded as is."""
-        if not self.done and self.session is not None and self.session.trace_path is not None:
+        if not self.done and not self._checked and self.session is not None \
+                and self.session.trace_path is not None:
             check = self._check(steps, final=True)
             if check is not None:
                 self.checks.append(check)
@@ -215,8 +312,10 @@ class ProfilingWindow:
 
     def steps_needed(self) -> int:
         """Steps a run needs for one whole window when profiling starts as early as it may
-        (after ``skip`` steps, at least one): those, the schedule and a DataLoader's queue."""
-        return max(self.skip, 1) + self.schedule.steps + self.loader_queue()
+        (after ``skip`` steps, at least one): those, the schedule and a DataLoader's queue, and
+        in a job of several ranks the step rank 0's decision needs to reach the others."""
+        lead = 1 if world_size() > 1 else 0
+        return max(self.skip, 1) + self.schedule.steps + self.loader_queue() + lead
 
     def _earliest_check_step(self) -> int:
         # last + 1 carries the trace export, during which the workers refill their queue
@@ -261,14 +360,17 @@ class ProfilingWindow:
             check.after_mean_ms, check.after_steps = round(later, 3), len(after)
             check.after_first_step = after_first
             check.representative = th.window_holds(profiled, later)
-            # one process only: each rank would decide alone, and a retry on one rank of
-            # several moves its window apart from the others' (nothing makes them agree yet)
-            odd = th.one_off_step(inside, after) if _world_size() == 1 else None
+            # one process, or a job whose ranks agree: a rank of several deciding alone would
+            # move its window apart from the others' for one slow step of its own
+            odd = th.one_off_step(inside, after) if self._decides_for_job() else None
             if odd is not None:
                 check.one_off_step = max(first, 2) + odd
                 check.one_off_step_ms = inside[odd]
                 check.representative = False
         return check
+
+    def _decides_for_job(self) -> bool:
+        return world_size() == 1 or self.agreement is not None
 
     def _supersede(self) -> Any:
         """Close the current session and keep its trace aside, in ``superseded/``; returns the
@@ -294,6 +396,8 @@ class ProfilingWindow:
 
         self._started_at, self._reason = steps, reason
         self._check_from = None
+        self._checked, self._decided_at = False, None
+        self._windows += 1
         # tracing starts with a pause in which a worker DataLoader refills its queue
         self._warmup = self.schedule.warmup + self.loader_queue()
         settings: dict[str, Any] = {"warmup": self._warmup, "active": self.schedule.active,
@@ -311,11 +415,3 @@ class ProfilingWindow:
             self.session.cost = previous.cost
         self.session.dataset_totals = self.dataset_totals
         self.session.__enter__()
-
-
-def _world_size() -> int:
-    """The job's processes, as torchrun and other launchers say (1 when none does)."""
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 1

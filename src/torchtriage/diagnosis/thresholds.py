@@ -269,8 +269,7 @@ ONE_OFF_MIN_MS = Threshold(
     "one_off_min_ms", 100.0, "ms over the window's median step",
     "the least a one-off step (one_off_step) must exceed the window's median by: shorter "
     "stalls are the scheduler's on a busy machine, not a checkpoint or an epoch boundary, and "
-    "profiling again for one of them would only move the window (on one rank of several, "
-    "apart from the others)",
+    "profiling again for one of them would only move the window",
     "torchtriage default, CI 2026-12-02: a 2-rank gloo job of 5-9 ms steps on a loaded 2-core "
     "machine had one rank profile again for a stall of a few tens of ms; the one-offs seen on "
     "real jobs cost 1,000 ms and more (dcgan's epoch boundary 1,170 ms over its median)",
