@@ -15,7 +15,8 @@ torchtriage.analyze with 1 and 2 worker processes.
 
     python benchmarks/trace_scale.py --hta-python /tmp/htavenv/bin/python   # full table
     python benchmarks/trace_scale.py --quick     # small trace, 5 MB synthetic (CI smoke test)
-    python benchmarks/trace_scale.py --whole-process --hta-python /work/venv-hta/bin/python
+    python benchmarks/trace_scale.py --whole-process --hta-python /work/venv-hta/bin/python \
+        --python /work/venv-tt/bin/python
 
 --whole-process times what a user waits for instead (benchmarks/whole_process.py): whole
 processes of `torchtriage --version` and `analyze` of a 1 MB CPU-only trace against importing
@@ -212,6 +213,9 @@ def main() -> None:
     parser.add_argument("--whole-process", action="store_true",
                         help="time whole processes against rich's import and HTA, and the "
                              "load's MB/s against gzip -dc, msgspec and orjson")
+    parser.add_argument("--python", default=sys.executable,
+                        help="--whole-process: the interpreter that runs torchtriage (made "
+                             "like HTA's venv, so that both start alike: see whole_process.py)")
     parser.add_argument("traces", nargs="*", type=Path)
     args = parser.parse_args()
     if args.whole_process:
@@ -221,8 +225,8 @@ def main() -> None:
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores\n")
         mb = {p: raw_size(p) / 1e6 for p in (small, *large)}
         whole_process_table(small, large, None if args.quick else args.hta_python,
-                            1 if args.quick else args.repeat, args.workdir, mb)
-        throughput_table(large, 1 if args.quick else args.repeat)
+                            1 if args.quick else args.repeat, args.workdir, mb, args.python)
+        throughput_table(large, 1 if args.quick else args.repeat, args.python)
         return
     repeat = 1 if args.quick else args.repeat
     synthetic_mb = 5.0 if args.quick else args.synthetic_mb

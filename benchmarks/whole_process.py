@@ -8,6 +8,14 @@ install leaves it; HTA runs in its own interpreter (``--hta-python``) as a scrip
 the trace and computes the temporal, idle-time, comm-compute overlap and GPU-kernel
 breakdowns.
 
+Both sides should start alike: an interpreter's ``site`` runs every ``.pth`` file of its
+site-packages, and a machine's own ones can cost more than the work (this sandbox's
+certificate hook: 40 ms per start against 10 ms in a fresh venv). So ``--python`` names the
+interpreter that runs torchtriage (default: this one), made like HTA's (``python -m venv``, then
+``pip install msgspec isal numpy plotly psutil rich orjson``, orjson for the throughput
+table's floor; ``analyze`` never imports torch), and the
+tables print each interpreter's bare start (``-c pass``).
+
 The throughput table puts the load in MB/s of uncompressed JSON beside the floors it is built
 on: ``gzip -dc > /dev/null``, a bare ``msgspec.json.decode`` and ``orjson.loads`` of the
 inflated bytes (each timed inside its process, without imports), torchtriage's ``load_trace``
@@ -110,18 +118,28 @@ def _hta_dir(trace: Path, workdir: Path) -> Path:
     return folder
 
 
+def interpreter_starts(pythons: dict[str, str], repeat: int) -> str:
+    """Each interpreter's bare start (``-c pass``), median of ``repeat``, as one line."""
+    starts = _medians({name: ([py, "-c", "pass"], {}) for name, py in pythons.items()},
+                      repeat)
+    return "; ".join(f"{name} `{pythons[name]} -c pass` {s * 1000:.0f} ms"
+                     for name, s in starts.items())
+
+
 def whole_process_table(small: Path, large: list[Path], hta_python: str | None, repeat: int,
-                        workdir: Path, raw_mb: dict[Path, float]) -> None:
+                        workdir: Path, raw_mb: dict[Path, float],
+                        python: str = sys.executable) -> None:
     """The three rows of the issue: --version and analyze of a small CPU trace against the
     time to import rich's console; analyze --json of large traces against HTA."""
     compileall.compile_dir(str(SRC / "torchtriage"), quiet=1)
-    py, env = sys.executable, checkout_env()
+    py, env = python, checkout_env()
     ours = [py, "-m", "torchtriage"]
     base = _medians({"rich": ([py, "-c", "import rich.console"], {"env": env}),
                      "version": ([*ours, "--version"], {"env": env}),
                      "analyze": ([*ours, "analyze", str(small)], {"env": env})}, repeat)
+    pythons = {"torchtriage": py, **({"HTA": hta_python} if hta_python else {})}
     print(f"Whole processes, median of {repeat} (interleaved), {py} directly; "
-          f"{_load()}:\n")
+          f"{_load()}; interpreter starts: {interpreter_starts(pythons, repeat)}:\n")
     print("| command | s | against | s | ratio | goal | met |")
     print("|---|---|---|---|---|---|---|")
     rich = '`python -c "import rich.console"`'
@@ -155,7 +173,7 @@ def _load() -> str:
             if hasattr(os, "getloadavg") else "load average unknown")
 
 
-def throughput_table(traces: list[Path], repeat: int) -> None:
+def throughput_table(traces: list[Path], repeat: int, python: str = sys.executable) -> None:
     """MB/s of uncompressed JSON: the floors against torchtriage's load and whole command."""
     print(f"\nThroughput, MB/s of uncompressed JSON, median of {repeat}; {_load()}:\n")
     print("| trace | raw MB | `gzip -dc > /dev/null` | zlib inflate | msgspec.json.decode | "
@@ -167,10 +185,10 @@ def throughput_table(traces: list[Path], repeat: int) -> None:
         runs = []
         whole, gz = [], []
         for _ in range(repeat):
-            out = subprocess.run([sys.executable, "-c", FLOORS, str(trace)], env=env,
+            out = subprocess.run([python, "-c", FLOORS, str(trace)], env=env,
                                  capture_output=True, text=True, check=True)
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            whole.append(_wall([sys.executable, "-m", "torchtriage", "analyze", "--json",
+            whole.append(_wall([python, "-m", "torchtriage", "analyze", "--json",
                                 str(trace)], env=env))
             if gzip_dc and trace.suffix == ".gz":
                 gz.append(_wall([gzip_dc, "-dc", str(trace)]))

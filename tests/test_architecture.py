@@ -204,3 +204,12 @@ def test_floors_count_every_module():
     for name in _modules():
         names[_floor(name)].append(name)
     assert names[0] and names[len(FLOORS) + 1]
+
+
+def test_analyze_of_a_real_trace_with_shapes_loads_nothing_it_does_not_need(tmp_path,
+                                                                           shared_traces):
+    """A real CPU trace with input shapes and types takes paths the synthetic one does not
+    (float64 inputs read from the shapes: `np.unique` there imported numpy.ma, 10 ms)."""
+    trace = shared_traces / "hta" / "rank_non_gpu" / "rank_non_gpu.json.gz"
+    assert not _loaded(_modules_after(["analyze", "--json", str(trace)], tmp_path),
+                       (*_NOT_FOR_ANALYZE, "rich"))

@@ -19,6 +19,7 @@ import re
 
 import numpy as np
 
+from torchtriage.analysis.intervals import unique
 from torchtriage.analysis.ops import OpNesting, in_steps
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import EventKind, Trace
@@ -48,7 +49,7 @@ def float64_share_host(trace: Trace, steps: StepWindows, nesting: OpNesting) -> 
         ok = at >= 0
         at, found = at[ok], hits[ok]
         inside = found < end[typed][at]
-        for row in np.unique(typed[at[inside]]):
+        for row in unique(typed[at[inside]]):  # (np.unique here imports numpy.ma)
             double[row] = _has_double_tensor(ev, int(row), int(start[row]), int(end[row]))
     return float(self_us[double[rows]].sum()) / total
 
