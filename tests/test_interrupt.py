@@ -253,6 +253,22 @@ def test_a_full_disk_under_ab_out_is_one_line_not_an_internal_error(tmp_path, fu
         "torchtriage: error: No space left on device"), stderr
 
 
+def test_a_full_disk_under_fix_out_ends_the_profile_and_says_why(tmp_path, full_disk):
+    """fix's profile round stops the script once its window is checked; a window whose trace
+    could not be written was never checked, and an endless script ran on until the trial
+    timeout (5 minutes with --budget 60s). Now the lost window ends the round, and the one
+    line names the full disk, not a missing training step."""
+    out = full_disk / "fix"
+    proc = start(tmp_path, "fix", "--out", out, "--budget", "60s", "--trials", "2", "--steps",
+                 "3", "--", "python", LOADER, "--steps", "100000", "--sleep-ms", "1")
+    status = proc.wait(timeout=120)
+    stderr = (tmp_path / "stderr").read_text()
+    assert status != 0 and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].startswith(
+        f"torchtriage: error: nothing could be saved in {out}"), stderr
+    assert "its file system has" in stderr and "no training step" not in stderr
+
+
 def test_a_killed_torchrun_rank_fails_the_job_and_keeps_every_rank_trace(tmp_path):
     """One rank of a torchrun job is SIGKILLed after the window was profiled (as the OOM
     killer does): torchrun stops the other, torchtriage says so in one line, exits 1, keeps

@@ -183,6 +183,8 @@ class ProfilingWindow:
                     self._decide(steps, reason, again=False)
             return False
         if self.session.trace_path is None:
+            if self.session.save_error is not None:  # a full disk: no window to check
+                return self._window_lost()
             self.session.step()
             return False
         self._await_check_start(steps)
@@ -256,6 +258,14 @@ class ProfilingWindow:
                         "step %d; it starts now", self.rank, after, steps)
         self._pending = (after, reason, again)
         return decision
+
+    def _window_lost(self) -> bool:
+        """The window's trace could not be written: nothing to check or profile again (the
+        next write would fail alike), and a leader tells the other ranks so."""
+        if self.agreement is not None and self.agreement.leader:
+            self.agreement.publish(self._windows, None)
+        self.done = True
+        return self.stop_after_window
 
     def _finish_window(self) -> bool:
         self.done = True
