@@ -97,6 +97,37 @@ def test_gradient_accumulation_sums_micro_batches_into_one_step(tmp_path):
         [p["loss"] for p in record(plain)["losses"]], rel=1e-4)
 
 
+def test_parameters_updated_by_hand_are_steps_of_backward(tmp_path):
+    """No optimizer ever steps (word_language_model's default loop): after 64 backward()
+    calls with none, each backward() closes a step; the window, its check, one loss per step
+    and a diagnosis follow (before: 'no training step detected', after the whole run)."""
+    from torchtriage.capture.steps import BACKWARD_ONLY_AFTER
+
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "manual_sgd.py"), "--steps", "110")
+    rec = record(out)
+    assert rec["step_detection"].startswith("backward() (no optimizer.step()"), rec
+    assert rec["steps_detected"] == 110 - BACKWARD_ONLY_AFTER + 1
+    assert len(rec["losses"]) == rec["steps_detected"] - 1  # the first closes the uncounted
+    assert rec["windows"] and rec["windows"][-1]["after_steps"] == 5
+    assert diagnosis(out)["primary"] in ("kernel", "host")
+    assert "step 100 loss" in proc.stdout  # the script's own output, untouched
+
+
+def test_backward_closes_steps_only_where_no_optimizer_ever_stepped():
+    from torchtriage.capture.steps import BACKWARD_ONLY_AFTER, StepDetector
+
+    by_hand = StepDetector()
+    assert [by_hand.backward_returned() for _ in range(BACKWARD_ONLY_AFTER - 1)] == [0] * 63
+    assert by_hand.backward_returned() == 1 and by_hand.backward_returned() == 1
+    assert by_hand.optimizer_stepped(object()) == 0  # optimizers are ignored from then on
+    # accumulation: 40 backward() calls (nanoGPT's) before the first optimizer step
+    accumulating, opt = StepDetector(), object()
+    assert sum(accumulating.backward_returned() for _ in range(40)) == 0
+    accumulating.optimizer_stepped(opt)
+    assert sum(accumulating.backward_returned() for _ in range(200)) == 0
+    assert accumulating.optimizer_stepped(opt) == 2  # the cycle known: the first step too
+
+
 # --- the profiling cost guard ----------------------------------------------------------
 
 

@@ -46,7 +46,7 @@ from torchtriage.capture.profiling import ProfilingWindow
 from torchtriage.capture.record import record_fields
 from torchtriage.capture.session import is_out_of_memory
 from torchtriage.capture.signals import SignalRecorder
-from torchtriage.capture.steps import MANUAL, StepClock, StepDetector
+from torchtriage.capture.steps import BACKWARD, MANUAL, StepClock, StepDetector
 from torchtriage.results.run import RunConfig, RunRecord, decode_config
 
 ENV = "TORCHTRIAGE_RUN"
@@ -107,6 +107,7 @@ class AutoRun:
 
         register_optimizer_step_post_hook(self._on_optimizer_step)
         self.signals.install(torch)
+        self.signals.after_backward = self._on_backward
         if not self.timing:
             self.dataset.install()
         from torchtriage.capture import knob_apply
@@ -141,6 +142,22 @@ class AutoRun:
             # two at once when the optimizer cycle becomes known: the first closes the previous
             # iteration late, at the same instant, so no profiling may start there
             self.boundary(may_start=i == closed - 1)
+
+    def _on_backward(self) -> None:
+        """A ``backward()`` returned outside an optimizer's closure: a step's end where no
+        optimizer steps (capture/steps.py)."""
+        if self.finished:
+            return
+        was = self.detector.by_backward
+        if not self.detector.backward_returned():
+            return
+        if not was:  # the iterations so far were not counted: they have no one loss
+            self.signals.discard_open()
+        self.memory.optimizer_stepped()
+        if not self.timing:
+            self.profiling.start_sampling()
+        self.signals.close_segment(BACKWARD)
+        self.boundary()
 
     def manual_step(self) -> None:
         """``torchtriage.step()``: the script marks its own steps; optimizer hooks are ignored."""

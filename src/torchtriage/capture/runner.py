@@ -322,6 +322,8 @@ def describe_failure(result: RunResult, timeout: float | None) -> str | None:
     return None
 
 
+NO_STEP = ("no training step detected (no optimizer.step(), no backward() and no "
+           "torchtriage.step())")
 FULL_DISK_BYTES = 1 << 20  # less free space than this where nothing was saved: a full disk
 
 
@@ -331,7 +333,7 @@ def no_record_reason(out: Path) -> str:
     if free is not None and free < FULL_DISK_BYTES:
         return (f"nothing could be saved in {out}: its file system has {free // 1024} KiB "
                 "free (the trace and the run record need more)")
-    return "no training step detected (no optimizer.step() and no torchtriage.step())"
+    return NO_STEP
 
 
 def _free_bytes(path: Path) -> int | None:

@@ -82,6 +82,8 @@ class SignalRecorder:
         self.ready: list[int] = []
         self.loader_workers = 0  # the most worker processes a DataLoader used
         self.loader_batches = 0  # batches fetched from any DataLoader
+        # called after each backward() outside an optimizer's closure (steps by backward())
+        self.after_backward: Any = None
 
     def close_segment(self, key: object) -> None:
         """An optimizer step (``key``: its id) or torchtriage.step() (MANUAL) ended."""
@@ -89,6 +91,11 @@ class SignalRecorder:
         self.segments.append(self._open)
         self._open = Segment()
         self._closure_call = None
+
+    def discard_open(self) -> None:
+        """Forget what the open segment holds (the many iterations before steps were known to
+        be backward()'s: no one step's loss or batch size)."""
+        self._open = Segment()
 
     def install(self, torch: Any) -> None:
         from torchtriage.capture.closures import count_closure_calls
@@ -110,7 +117,10 @@ class SignalRecorder:
                 # loss in a static buffer that its next replay overwrites; the copy is one
                 # asynchronous device op, no sync
                 rec._open.losses.append(tensor.detach().clone())
-            return original(tensor, *args, **kwargs)
+            result = original(tensor, *args, **kwargs)
+            if rec.after_backward is not None and rec._closure_call is None:
+                rec.after_backward()
+            return result
 
         torch.Tensor.backward = backward
 

@@ -5,6 +5,14 @@ optimizers, the first repeat of an optimizer closes an iteration; after that the
 and each iteration closes after its last optimizer. Gradient accumulation is one step per
 optimizer step, which is what it is. A script that calls :func:`torchtriage.step` marks its own
 steps and the optimizer hooks are ignored from then on.
+
+A script that updates its parameters by hand (``p.data.add_(p.grad, alpha=-lr)``, as
+pytorch/examples' word_language_model does by default) never steps an optimizer: once
+``BACKWARD_ONLY_AFTER`` calls of ``Tensor.backward()`` (outside any optimizer's closure) came
+with no optimizer step before them, each ``backward()`` that returns closes a step from then on
+(the steps before are not counted), and optimizers are ignored. Gradient accumulation that
+runs more micro-batches than that before its first optimizer step would be taken for it; 64
+is above the accumulation of the public recipes seen (nanoGPT: 40).
 """
 
 from __future__ import annotations
@@ -12,6 +20,8 @@ from __future__ import annotations
 import time
 
 MANUAL = "torchtriage.step()"  # what closes a step the script marks itself
+BACKWARD = "backward()"  # what closes a step where no optimizer steps
+BACKWARD_ONLY_AFTER = 64  # backward() calls with no optimizer step before steps are backward's
 
 
 class StepDetector:
@@ -19,14 +29,18 @@ class StepDetector:
 
     def __init__(self) -> None:
         self.manual = False  # torchtriage.step() was called: the script marks its steps
+        self.by_backward = False  # no optimizer steps: each backward() closes a step
+        self._optimizer_seen = False
+        self._backwards = 0  # backward() calls while no optimizer has stepped
         self._cycle: list[int] = []  # ids of optimizers in one iteration, once known
         self._seen: list[int] = []  # optimizers stepped in the current iteration
 
     def optimizer_stepped(self, optimizer: object) -> int:
         """How many training steps this optimizer step closes (0, 1, or 2 when the cycle
         becomes known on it)."""
-        if self.manual:
+        if self.manual or self.by_backward:
             return 0
+        self._optimizer_seen = True
         key = id(optimizer)
         closed = 0
         if not self._cycle:
@@ -42,12 +56,26 @@ class StepDetector:
             closed += 1
         return closed
 
+    def backward_returned(self) -> int:
+        """How many training steps a ``backward()`` outside an optimizer's closure closes: 1
+        once steps are backward's (see the module docstring), else 0."""
+        if self.manual or self._optimizer_seen:
+            return 0
+        if not self.by_backward:
+            self._backwards += 1
+            if self._backwards < BACKWARD_ONLY_AFTER:
+                return 0
+            self.by_backward = True
+        return 1
+
     @property
     def last_key(self) -> object:
         """What closes a training step: the id of the cycle's last optimizer (the optimizers
         seen so far while the cycle is not known), or ``MANUAL`` for torchtriage.step()."""
         if self.manual:
             return MANUAL
+        if self.by_backward:
+            return BACKWARD
         cycle = self._cycle or self._seen
         return cycle[-1] if cycle else None
 
@@ -56,6 +84,9 @@ class StepDetector:
         """How steps were detected (the run record's ``step_detection``)."""
         if self.manual:
             return "torchtriage.step()"
+        if self.by_backward:
+            return (f"backward() (no optimizer.step() in the first {BACKWARD_ONLY_AFTER} "
+                    "backward() calls: parameters updated by hand)")
         return f"optimizer.step ({max(len(self._cycle), 1)} optimizer(s) per step)"
 
 

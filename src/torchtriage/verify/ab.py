@@ -21,7 +21,7 @@ import msgspec
 
 from torchtriage.capture import interrupt
 from torchtriage.capture.rundir import claim_run_dir
-from torchtriage.capture.runner import merge_knob_logs, no_record_reason, run_command
+from torchtriage.capture.runner import NO_STEP, merge_knob_logs, no_record_reason, run_command
 from torchtriage.diagnosis.knobs import reseeds_workers, warmup_for
 from torchtriage.errors import TorchtriageError
 from torchtriage.results.ab import ABResult, Arm, Startup, Trial
@@ -278,8 +278,7 @@ def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], ou
     detected = max((r.steps_detected for r in records), default=0)
     if n < MIN_MEASURED_STEPS:
         why = (no_record_reason(trial_dir) if not records else
-               "no training step detected (no optimizer.step() and no torchtriage.step())"
-               if not detected else f"the script ran {detected} step(s); a trial needs "
+               NO_STEP if not detected else f"the script ran {detected} step(s); a trial needs "
                f"{used} warm-up + at least {MIN_MEASURED_STEPS} measured")
         return Trial(status="too_few_steps", error=note or why, **base)
     if n < settings.steps and note is None:
