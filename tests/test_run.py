@@ -85,6 +85,23 @@ def test_torchtriage_step_for_loops_without_optimizer(tmp_path):
     assert record(out)["steps_detected"] == 10
 
 
+def test_hogwild_workers_without_a_launcher_each_keep_their_record(tmp_path):
+    """Two processes started with multiprocessing each train a shared model (mnist_hogwild):
+    no launcher gives them ranks, and both wrote rank 0's run record, the later one over the
+    other's (its window check and losses lost). Each now claims its own rank at its first
+    step, and the job diagnosis has both, with their window checks."""
+    proc, out = run(tmp_path, "--", "python", str(SCRIPTS / "hogwild.py"), "--procs", "2",
+                    "--steps", "40")
+    assert proc.returncode == 0, proc.stderr
+    records = [record(out, r) for r in (0, 1)]
+    assert [r["rank"] for r in records] == [0, 1]
+    assert records[0]["trace"] != records[1]["trace"]
+    assert all(r["steps_detected"] == 40 and r["windows"] for r in records), records
+    doc = json.loads((out / "diagnosis.json").read_text())
+    assert sorted(d["trace"]["rank"] for d in doc["diagnoses"]) == [0, 1]
+    assert all(d["window"] for d in doc["diagnoses"]), [d["window"] for d in doc["diagnoses"]]
+
+
 def test_torchrun_two_ranks_two_traces_one_diagnosis(tmp_path):
     proc, out = run(tmp_path, "--", "torchrun", "--nproc_per_node=2",
                     str(SCRIPTS / "ddp_gloo.py"))

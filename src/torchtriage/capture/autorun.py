@@ -68,10 +68,37 @@ def install() -> None:
     _RUN.install()
 
 
-def rank() -> int:
+RANKS_DIR = ".ranks"  # in the run directory: one file per rank claimed (claim_rank)
+MAX_CLAIMED_RANKS = 4096
+
+
+def rank() -> int | None:
+    """The rank a launcher gave this process (torchrun's ``RANK``), or None."""
     for var in ("RANK", "LOCAL_RANK"):
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])
+    return None
+
+
+def claim_rank(out: Path) -> int:
+    """A rank for a process that trains without a launcher's: the lowest number not yet
+    claimed in ``out/.ranks`` (one file each, created exclusively), so that processes of one
+    command that each train (hogwild-style workers started with ``multiprocessing``) keep their
+    own trace, run record and window check instead of all writing rank 0's. 0 when the
+    directory cannot be written (its writes will fail alike, and say so)."""
+    folder = out / RANKS_DIR
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for number in range(MAX_CLAIMED_RANKS):
+            try:
+                fd = os.open(folder / str(number), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                continue
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            return number
+    except OSError:
+        pass
     return 0
 
 
@@ -83,7 +110,9 @@ class AutoRun:
         self.config = config
         self.out = Path(config.out)
         self.timing = config.mode == "time"
-        self.rank = rank()
+        launched = rank()
+        self.rank = launched or 0
+        self._rank_unclaimed = launched is None  # claimed at the first step (claim_rank)
         self.host = KnobHost(config.knobs)
         self.detector = StepDetector()
         self.clock = StepClock(config.timing_warmup)
@@ -174,6 +203,9 @@ class AutoRun:
         with self._lock:
             if self.finished:
                 return
+            if self._rank_unclaimed:
+                self._rank_unclaimed = False
+                self.rank = self.dataset.rank = self.profiling.rank = claim_rank(self.out)
             steps = self.clock.steps + 1
             if self.timing:
                 self._drain_before_measuring(steps)

@@ -27,7 +27,7 @@ PREVIOUS = "previous-"
 _OWN = re.compile(
     r"^(run\.rank\d+\.json|window\.rank\d+\.json|rank\d+_.*\.pt\.trace\.json(\.gz)?|"
     r"diagnosis\.json|report\.html|superseded|ab\.json|trials\.jsonl|trials|fix\.json|"
-    r"fix\.md|fix\.patch|profiles|ab|final|output\.log|dataset)$")
+    r"fix\.md|fix\.patch|profiles|ab|final|output\.log|dataset|\.ranks)$")
 _RECORDS = re.compile(r"^(run\.rank\d+\.json|ab\.json|trials\.jsonl|fix\.json)$")
 
 

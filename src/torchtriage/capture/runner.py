@@ -251,7 +251,10 @@ def write_diagnosis(result: RunResult, device_memory: int | None, top: int = 10)
                                                       machine=result.records[0].machine)
             target.write_text(result.diagnosis.to_json() + "\n")
         return
-    newest = max((p.stat().st_mtime for p in result.traces), default=0.0)
+    # rank 0's diagnosis holds for these traces and every run record (a rank that finished
+    # after it, such as a hogwild worker with its own claimed rank, brings its window check)
+    written = [*result.traces, *result.out.glob("run.rank*.json")]
+    newest = max((p.stat().st_mtime for p in written if p.exists()), default=0.0)
     if target.exists() and target.stat().st_mtime >= newest:
         doc = read_document(target.read_bytes(), str(target))
         if isinstance(doc, (Diagnosis, JobDiagnosis)) and \
