@@ -385,8 +385,8 @@ def test_early_exit_says_no_step_was_detected(tmp_path):
     proc, _ = run(tmp_path, "--", "python", str(SCRIPTS / "two_optimizers.py"), "early")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
-        "torchtriage: error: no training step detected (no optimizer.step() and no "
-        "torchtriage.step())")
+        "torchtriage: error: no training step detected (no optimizer.step(), no backward() and "
+        "no torchtriage.step())")
 
 
 def test_hang_past_timeout_is_stopped_and_keeps_the_trace(tmp_path):

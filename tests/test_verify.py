@@ -488,3 +488,35 @@ def test_a_run_record_with_a_diverged_loss_reads_back_and_fails_parity():
     assert back.loss_values[0] == 2.0 and math.isnan(back.loss_values[1])
     parity = check_parity([[2.0, 1.9]], [back.loss_values], {})
     assert parity.status == "fail" and "diverged" in parity.detail
+
+
+def test_earlier_trials_from_another_load_period_are_set_aside(tmp_path):
+    """fix's final A/B starts from trials measured earlier (the original's, the kept
+    configuration's). When an arm's first fresh trial lies far outside its earlier trials'
+    range, the machine's load changed since: comparing one arm's earlier trials with the
+    other's later ones would measure the load. They are all set aside, and fresh trials of
+    both arms decide (before: the 10 s earlier steps made the no-op candidate 'faster')."""
+    from torchtriage.results.ab import Trial
+    from torchtriage.verify.ab import run_ab
+    from torchtriage.verify.settings import TrialSettings
+
+    def earlier(arm: str, step_ms: float) -> list[Trial]:
+        return [Trial(arm=arm, idx=i, status="ok", returncode=0, wall_s=5.0,
+                      step_ms=[step_ms] * 5, mean_step_ms=step_ms, steps_per_s=1e3 / step_ms,
+                      losses=[]) for i in (1, 2)]
+
+    result = run_ab([sys.executable, TINY], tmp_path / "final",
+                    TrialSettings(trials=2, warmup=3, steps=5), knobs={}, adaptive=True,
+                    prior={"A": earlier("A", 10_000.0), "B": earlier("B", 5_000.0)},
+                    min_fresh=2)
+    assert result.reused_set_aside and "load changed" in result.reused_set_aside
+    assert not any(t.reused for t in result.trials)
+    assert result.a.trials_ok == result.b.trials_ok >= 2
+    assert result.verdict != "faster", result.summary
+    # earlier trials that fill both arms still leave min_fresh fresh ones (before: none ran)
+    again = run_ab([sys.executable, TINY], tmp_path / "again",
+                   TrialSettings(trials=2, warmup=3, steps=5), knobs={}, adaptive=True,
+                   prior={arm: [t for t in result.trials if t.arm == arm][:2]
+                          for arm in ("A", "B")}, min_fresh=2)
+    for arm in ("A", "B"):
+        assert any(t.arm == arm and not t.reused for t in again.trials), again.trials

@@ -82,7 +82,7 @@ def rank() -> int | None:
 
 def claim_rank(out: Path) -> int:
     """A rank for a process that trains without a launcher's: the lowest number not yet
-    claimed in ``out/.ranks`` (one file each, created exclusively), so that processes of one
+    claimed in ``out/.ranks`` (one empty file each, created exclusively), so that processes of one
     command that each train (hogwild-style workers started with ``multiprocessing``) keep their
     own trace, run record and window check instead of all writing rank 0's. 0 when the
     directory cannot be written (its writes will fail alike, and say so)."""
@@ -94,8 +94,7 @@ def claim_rank(out: Path) -> int:
                 fd = os.open(folder / str(number), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:
                 continue
-            os.write(fd, str(os.getpid()).encode())
-            os.close(fd)
+            os.close(fd)  # empty: a full disk still has room for it
             return number
     except OSError:
         pass

@@ -109,6 +109,8 @@ class ABResult(JsonDocument, msgspec.Struct, kw_only=True):
     steps_measured: int | None = None
     trials: list[Trial]
     outlier_trials: list[str] = []  # "A3": set aside from the arms' figures and the interval
+    # why the trials measured earlier (``prior``) were set aside (reused_trial_drift), or None
+    reused_set_aside: str | None = None
     out: str
     store_id: int | None = None
 

@@ -109,8 +109,12 @@ def run_ab(
     for arm, previous in (prior or {}).items():
         done.extend(msgspec.structs.replace(t, arm=arm, idx=i, reused=True)
                     for i, t in enumerate((t for t in previous if t.status == "ok"), 1))
+    if done and min_fresh:  # earlier trials may fill an arm: min_fresh run in any case
+        most = max(sum(t.arm == arm for t in done) for arm in ("A", "B"))
+        trials = max(trials, most + (min_fresh + 1) // 2)
     stopped: dict[str, str] = {}  # arm -> why it gets no more trials
     fresh = 0
+    set_aside: str | None = None  # why the reused trials were set aside
     total = 2 * trials - len(done)
     with interrupt.forwarding(defer=True):
         try:
@@ -130,6 +134,10 @@ def run_ab(
                 if progress:
                     progress(label, fresh, total, trial)
                 interrupt.check()
+                if fresh == 2 and (why := _reused_drift(done)) is not None:
+                    set_aside = why
+                    done = [t for t in done if not t.reused]
+                    total = max(total, 2 * trials)
                 if trial.status != "ok" and all(t.status != "ok" for t in done
                                                 if t.arm == arm):
                     stopped[arm] = trial.error or trial.status  # it would fail again
@@ -156,6 +164,9 @@ def run_ab(
                                  else type(exc).__name__)
             raise
     result = _result(done, arms, knobs, settings, out, reseeded=reseed)
+    if set_aside is not None:
+        result.reused_set_aside = set_aside
+        result.summary += f" (earlier trials set aside: {set_aside})"
     result.baseline_knobs = base
     result.store_id = store_id
     (out / "ab.json").write_text(result.to_json() + "\n")
@@ -166,6 +177,24 @@ def run_ab(
         raise TorchtriageError(f"the baseline failed, so nothing was compared: {stopped['A']} "
                                f"(trial logs in {out / 'trials'})", )
     return result
+
+
+def _reused_drift(done: list[Trial]) -> str | None:
+    """Why the trials measured earlier no longer describe this machine (``reused_trial_drift``:
+    an arm's fresh trials lie outside its earlier trials' range by more than it), or None."""
+    tolerance = policy.REUSED_DRIFT.value
+    for arm in ("A", "B"):
+        ok = [t for t in done if t.arm == arm and t.status == "ok" and t.mean_step_ms]
+        earlier = [t.mean_step_ms for t in ok if t.reused]
+        now = [t.mean_step_ms for t in ok if not t.reused]
+        if not earlier or not now:
+            continue
+        median, low, high = statistics.median(now), min(earlier), max(earlier)
+        if median > high * (1 + tolerance) or median < low / (1 + tolerance):
+            return (f"arm {arm}'s fresh trial took {median:.1f} ms a step, its earlier trials "
+                    f"{low:.1f}-{high:.1f} ms: the machine's load changed, so only fresh "
+                    "trials are compared")
+    return None
 
 
 def _record(trial: Trial, out: Path, store, store_id: int | None,
@@ -417,8 +446,8 @@ def _summary(r: ABResult) -> str:
         "slower": f"slower: {r.speedup:.2f}x ({interval}); {steps}",
         "no_change": f"no change: {r.speedup:.2f}x ({interval}, not clear of "
                      f"{r.min_effect:.0%}); {steps}",
-        "changes_results": f"changes results: losses deviate {r.parity.max_deviation:.2g} "
-                           f"(tolerance {r.parity.tolerance:.2g}); speed {r.speedup:.2f}x "
+        "changes_results": f"changes results: losses deviate {r.parity.max_deviation or 0:.2g} "
+                           f"(tolerance {r.parity.tolerance or 0:.2g}); speed {r.speedup:.2f}x "
                            f"({interval}) is not a win",
     }
     text = words[r.verdict] + "."

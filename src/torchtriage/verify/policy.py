@@ -111,6 +111,17 @@ OUTLIER_TRIAL_SPREAD = Threshold(
     "for the 3-5 trials an arm has, where a MAD is too coarse",
 )
 
+REUSED_DRIFT = Threshold(
+    "reused_trial_drift", 0.10, "fraction of step time",
+    "an A/B that starts from trials measured earlier (fix's final A/B reuses the original's and "
+    "the kept configuration's) sets them all aside when an arm's first fresh trial lies more "
+    "than this outside the range of that arm's earlier trials: the machine's load changed "
+    "since, and earlier trials of one arm against later ones of the other would measure the "
+    "load, not the fix; the A/B then runs fresh trials only, as its deadline allows",
+    "torchtriage default: the trial noise of CPU-bound trials on a shared 2-core machine, up "
+    "to 10 % (benchmarks/ab_noise.py), so that noise alone rarely trips it",
+)
+
 ALL: tuple[Threshold, ...] = (
     CONFIDENCE,
     BOOTSTRAP_RESAMPLES,
@@ -127,4 +138,5 @@ ALL: tuple[Threshold, ...] = (
     OUTLIER_MAX_SHARE,
     OUTLIER_TRIAL_RATIO,
     OUTLIER_TRIAL_SPREAD,
+    REUSED_DRIFT,
 )
