@@ -77,16 +77,17 @@ def store(monkeypatch):
 
 
 def test_the_leader_publishes_and_a_follower_reads_without_waiting(store, tmp_path):
-    from torchtriage.capture.agreement import NO_WINDOW, WindowAgreement
+    from torchtriage.capture.agreement import Decision, WindowAgreement
 
     leader = WindowAgreement.for_job(tmp_path, 0)
     follower = WindowAgreement.for_job(tmp_path, 1)
     assert leader is not None and follower is not None and leader.leader
     assert follower.decision(0) is None  # nothing yet, and no wait for it
     assert leader.publish(0, 7, "the first step; rank 0 decides for the job's ranks")
-    assert follower.decision(0) == (7, "the first step; rank 0 decides for the job's ranks")
-    assert leader.publish(1, None)
-    assert follower.decision(1) == NO_WINDOW
+    assert follower.decision(0) == Decision(
+        7, "the first step; rank 0 decides for the job's ranks", last=False)
+    assert leader.publish(1, 19, last=True)  # no second window; stop after step 19
+    assert follower.decision(1) == Decision(19, "", last=True)
     other_run = WindowAgreement.for_job(tmp_path / "other", 1)  # another --out: its own keys
     assert other_run is not None and other_run.decision(0) is None
 
@@ -99,3 +100,19 @@ def test_one_process_or_no_store_means_no_agreement(monkeypatch, tmp_path):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     assert WindowAgreement.for_job(tmp_path, 0) is None  # mpirun and friends: each rank alone
+
+
+def test_ranks_stopped_after_their_window_stop_at_the_same_step(tmp_path):
+    """`--stop-after-window` (fix's profile rounds) on a job whose ranks meet in a barrier
+    every step: a rank that stopped alone at its own check would leave the other waiting in
+    the next barrier. Rank 0 names the step after which both stop."""
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "torchtriage", "run", "--stop-after-window",
+                           "--out", str(out), "--", "torchrun", "--nproc_per_node=2",
+                           str(SCRIPT), "--steps", "100000"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    counts = [json.loads((out / f"run.rank{r}.json").read_text())["steps_detected"]
+              for r in (0, 1)]
+    assert counts[0] == counts[1] < 100, counts
+    assert [steps(w) for w in windows(out, 0)] == [steps(w) for w in windows(out, 1)]

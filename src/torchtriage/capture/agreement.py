@@ -7,16 +7,18 @@ leave the job's traces at different steps, its communication waits judged agains
 others did not profile in. So in a job with a store, rank 0 (the leader) applies the rules and
 publishes each decision as the step count after which window ``k`` starts (key ``start<k>``),
 ``LEAD_STEPS`` steps ahead of its own count, or ``none`` when there is no window ``k`` (the
-last one held). The other ranks (followers) poll that key without blocking, once per step,
-while they wait for a decision, and start their window ``k`` after that many steps of their
-own. The lead: in a job whose ranks meet in a collective every step, a follower ends step
-``n + 1`` only after the leader took part in that step's collective, which comes after the
-leader ended step ``n`` and published; the rest of the lead covers a host running ahead of
-its device. A follower that sees a decision for a step it has already passed starts at once
-and says so. A follower that hears nothing for ``FOLLOW_WAIT_S`` seconds after its own rules
-would have acted (a leader that stopped profiling, or runs far behind) decides alone from then
-on. Without a store (other launchers) every rank decides alone, and the one-off rule, which
-one slow rank would trip alone, is off there.
+last one held) with the step count after which every rank stops, when the script is stopped
+after its window (``fix``'s profile rounds: a rank that stopped alone would leave the others
+waiting in their next collective). The other ranks (followers) poll that key without blocking,
+once per step, while they wait for a decision, and start their window ``k`` (or stop) after
+that many steps of their own. The lead: in a job whose ranks meet in a collective every step, a
+follower ends step ``n + 1`` only after the leader took part in that step's collective, which
+comes after the leader ended step ``n`` and published; the rest of the lead covers a host
+running ahead of its device. A follower that sees a decision for a step it has already passed
+starts at once and says so. A follower that hears nothing for ``FOLLOW_WAIT_S`` seconds after
+its own rules would have acted (a leader that stopped profiling, or runs far behind) decides
+alone from then on. Without a store (other launchers) every rank decides alone, and the one-off
+rule, which one slow rank would trip alone, is off there.
 
 The leader decides from its own steps only: a window steady on rank 0 but not on another rank
 is recorded as such in that rank's check (its ``representative`` is false), not profiled again.
@@ -28,13 +30,21 @@ import logging
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 log = logging.getLogger(__name__)
 
 LEAD_STEPS = 3  # the leader's decisions take effect this many steps after it makes them
 FOLLOW_WAIT_S = 60.0  # a follower waits this long past its own decision point, then decides
 NO_WINDOW: Literal["none"] = "none"
+
+
+class Decision(NamedTuple):
+    """Rank 0's decision on one window, as the other ranks read it."""
+
+    after_steps: int  # the window starts, or (``last``) the job stops, after this many steps
+    reason: str  # why the window starts there
+    last: bool  # there is no such window: the one before was the last
 
 
 def torchrun_store() -> Any:
@@ -81,10 +91,12 @@ class WindowAgreement:
     def leader(self) -> bool:
         return self.rank == 0
 
-    def publish(self, window: int, after_steps: int | None, reason: str = "") -> bool:
-        """Leader: window ``window`` starts after ``after_steps`` steps, for ``reason`` (None:
-        there is no such window). False when the store could not be reached."""
-        value = NO_WINDOW if after_steps is None else f"{after_steps}\t{reason}"
+    def publish(self, window: int, after_steps: int, reason: str = "", *,
+                last: bool = False) -> bool:
+        """Leader: window ``window`` starts after ``after_steps`` steps, for ``reason``; or,
+        ``last``, there is no such window and (for a script stopped after its window) the
+        job stops after ``after_steps`` steps. False when the store could not be reached."""
+        value = f"{NO_WINDOW if last else 'start'}\t{after_steps}\t{reason}"
         try:
             self.store.set(self.prefix + f"start{window}", value)
             return True
@@ -92,18 +104,14 @@ class WindowAgreement:
             log.warning("torchtriage: could not publish the profiling window (%s)", exc)
             return False
 
-    def decision(self, window: int) -> tuple[int, str] | Literal["none"] | None:
-        """Follower: after how many steps window ``window`` starts and why, ``"none"`` when
-        there is no such window, None while the leader has not decided (or the store is
-        unreachable)."""
+    def decision(self, window: int) -> Decision | None:
+        """Follower: rank 0's decision on window ``window``; None while there is none (or the
+        store is unreachable)."""
         key = self.prefix + f"start{window}"
         try:
             if not self.store.check([key]):
                 return None
-            value = self.store.get(key).decode()
+            kind, after, reason = self.store.get(key).decode().split("\t", 2)
+            return Decision(after_steps=int(after), reason=reason, last=kind == NO_WINDOW)
         except Exception:
             return None
-        if value == NO_WINDOW:
-            return NO_WINDOW
-        after, _, reason = value.partition("\t")
-        return int(after), reason

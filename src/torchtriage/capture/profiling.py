@@ -51,7 +51,7 @@ import msgspec
 from torchtriage.capture.agreement import (
     FOLLOW_WAIT_S,
     LEAD_STEPS,
-    NO_WINDOW,
+    Decision,
     WindowAgreement,
     world_size,
 )
@@ -100,6 +100,7 @@ class ProfilingWindow:
         self._windows = 0  # windows started so far: the index of the next one
         self._checked = False  # the current window's check is complete
         self._decided_at: float | None = None  # when a follower began to wait for rank 0
+        self._stop_at: int | None = None  # done, stop_after_window: stop after this many steps
 
     def start_sampling(self) -> None:
         """Sample the machine from the first training step on (not during imports); once."""
@@ -164,8 +165,8 @@ class ProfilingWindow:
         final window is checked and ``stop_after_window``). ``may_start=False``: another step
         ends at this same instant (see StepDetector), so the session starts there instead (a
         probe started here would see an empty step)."""
-        if self.done:
-            return False
+        if self.done:  # a job's ranks stop together, after the step rank 0 named
+            return self._stop_at is not None and steps >= self._stop_at
         if self._agreement_pending:
             self._agreement_pending = False
             self.agreement = WindowAgreement.for_job(self.out, self.rank)
@@ -183,10 +184,15 @@ class ProfilingWindow:
                     self._decide(steps, reason, again=False)
             return False
         if self.session.trace_path is None:
-            if self.session.save_error is not None:  # a full disk: no window to check
-                return self._window_lost()
-            self.session.step()
-            return False
+            if self.session.save_error is None:
+                self.session.step()
+                return False
+            if not self._following():  # a full disk: no window to check
+                return self._window_lost(steps)
+            if not self._checked:  # nothing to check: the leader says when to stop
+                self._checked, self._decided_at = True, time.monotonic()
+            return self._finish_window(decision.after_steps, steps) \
+                if decision is not None and decision.last else False
         self._await_check_start(steps)
         if not self._checked:
             check = self._check(steps, final=False)
@@ -195,16 +201,15 @@ class ProfilingWindow:
             self.checks.append(check)
             self._checked, self._decided_at = True, time.monotonic()
         if self._following():
-            return self._finish_window() if decision == NO_WINDOW else False
+            return self._finish_window(decision.after_steps, steps) \
+                if decision is not None and decision.last else False
         check = self.checks[-1]
         if check.representative is False and self._retries > 0:
             self._retries -= 1
             self._decide(steps, f"profiled again: the window at steps {check.first_step}"
                                 f"-{check.last_step} was not steady state", again=True)
             return False
-        if self.agreement is not None:
-            self.agreement.publish(self._windows, None)
-        return self._finish_window()
+        return self._last_window(steps)
 
     def _following(self) -> bool:
         return self.agreement is not None and not self.agreement.leader
@@ -223,13 +228,14 @@ class ProfilingWindow:
             return
         self._start_session(steps, reason, self._supersede() if again else None)
 
-    def _follow(self, steps: int) -> tuple[int, str] | str | None:
+    def _follow(self, steps: int) -> Decision | None:
         """A follower between windows: rank 0's decision on the next window (its start is
         then pending), or None while there is none; after waiting ``FOLLOW_WAIT_S`` past the
         point where its own rules would have acted, it decides alone from then on (see
         capture/agreement.py)."""
         assert self.agreement is not None
-        if self.session is not None and self.session.trace_path is None:
+        if self.session is not None and self.session.trace_path is None \
+                and self.session.save_error is None:
             return None  # profiling: nothing to decide
         decision = self.agreement.decision(self._windows)
         if decision is None:
@@ -242,36 +248,56 @@ class ProfilingWindow:
                             "%.0f s; it decides alone", self.rank, FOLLOW_WAIT_S)
                 self.agreement = None
             return None
-        if decision == NO_WINDOW:
-            return decision
         again = self.session is not None
+        # rank 0 decided first: this rank's check as it stands, when a new window starts, or
+        # the job stops now; with no further window and no stop, the check goes on
+        cut = not decision.last or (self.stop_after_window and steps >= decision.after_steps)
+        if again and not self._checked and cut:
+            check = self._check(steps, final=True)
+            if check is not None:
+                self.checks.append(check)
+            self._checked = True
+        if decision.last:
+            return decision
         if again:
-            if not self._checked:  # rank 0 decided first: this rank's check as it stands
-                check = self._check(steps, final=True)
-                if check is not None:
-                    self.checks.append(check)
-                self._checked = True
             self._retries -= 1
-        after, reason = decision
+        after, reason, _ = decision
         if steps > after:
             log.warning("torchtriage: rank %d learned of rank 0's window (after step %d) at "
                         "step %d; it starts now", self.rank, after, steps)
         self._pending = (after, reason, again)
         return decision
 
-    def _window_lost(self) -> bool:
+    def _window_lost(self, steps: int) -> bool:
         """The window's trace could not be written: nothing to check or profile again (the
         next write would fail alike), and a leader tells the other ranks so."""
         if self.agreement is not None and self.agreement.leader:
-            self.agreement.publish(self._windows, None)
+            return self._last_window(steps, marker=False)
         self.done = True
         return self.stop_after_window
 
-    def _finish_window(self) -> bool:
+    def _last_window(self, steps: int, *, marker: bool = True) -> bool:
+        """No further window. A job's leader says so, and with ``stop_after_window`` names the
+        step after which every rank stops, ``LEAD_STEPS`` ahead: a rank that stopped alone
+        would leave the others waiting in their next collective."""
+        stop_at = steps
+        if self.agreement is not None:
+            stop_at = steps + LEAD_STEPS if self.stop_after_window else steps
+            self.agreement.publish(self._windows, stop_at, last=True)
+        if not marker:
+            self.done = True
+            self._stop_at = stop_at if self.stop_after_window else None
+            return self.stop_after_window and steps >= stop_at
+        return self._finish_window(stop_at, steps)
+
+    def _finish_window(self, stop_at: int, steps: int) -> bool:
+        """The last window is checked: the marker for the parent, and whether to stop now
+        (``stop_after_window``: after ``stop_at`` steps)."""
         self.done = True
         marker = self.out / WINDOW_MARKER.format(rank=self.rank)  # the parent may diagnose it
         marker.write_bytes(msgspec.json.encode(self.checks))
-        return self.stop_after_window
+        self._stop_at = stop_at if self.stop_after_window else None
+        return self.stop_after_window and steps >= stop_at
 
     def finish_checks(self, steps: int) -> None:
         """At the end of the run: a window whose check was cut short is recorded as is."""
