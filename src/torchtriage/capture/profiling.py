@@ -187,12 +187,11 @@ class ProfilingWindow:
             if self.session.save_error is None:
                 self.session.step()
                 return False
-            if not self._following():  # a full disk: no window to check
-                return self._window_lost(steps)
+            if not self._following():  # a full disk: no window to check, none again
+                return self._last_window(steps, marker=False)
             if not self._checked:  # nothing to check: the leader says when to stop
                 self._checked, self._decided_at = True, time.monotonic()
-            return self._finish_window(decision.after_steps, steps) \
-                if decision is not None and decision.last else False
+            return self._follower_done(decision, steps)
         self._await_check_start(steps)
         if not self._checked:
             check = self._check(steps, final=False)
@@ -201,8 +200,7 @@ class ProfilingWindow:
             self.checks.append(check)
             self._checked, self._decided_at = True, time.monotonic()
         if self._following():
-            return self._finish_window(decision.after_steps, steps) \
-                if decision is not None and decision.last else False
+            return self._follower_done(decision, steps)
         check = self.checks[-1]
         if check.representative is False and self._retries > 0:
             self._retries -= 1
@@ -268,34 +266,33 @@ class ProfilingWindow:
         self._pending = (after, reason, again)
         return decision
 
-    def _window_lost(self, steps: int) -> bool:
-        """The window's trace could not be written: nothing to check or profile again (the
-        next write would fail alike), and a leader tells the other ranks so."""
-        if self.agreement is not None and self.agreement.leader:
-            return self._last_window(steps, marker=False)
-        self.done = True
-        return self.stop_after_window
-
     def _last_window(self, steps: int, *, marker: bool = True) -> bool:
-        """No further window. A job's leader says so, and with ``stop_after_window`` names the
-        step after which every rank stops, ``LEAD_STEPS`` ahead: a rank that stopped alone
-        would leave the others waiting in their next collective."""
+        """No further window (``marker``: the last one was checked; else its trace could not
+        be written, and the next write would fail alike). A job's leader says so, and with
+        ``stop_after_window`` names the step after which every rank stops, ``LEAD_STEPS``
+        ahead: a rank that stopped alone would leave the others waiting in their next
+        collective."""
         stop_at = steps
         if self.agreement is not None:
-            stop_at = steps + LEAD_STEPS if self.stop_after_window else steps
+            if self.stop_after_window:
+                stop_at += LEAD_STEPS
             self.agreement.publish(self._windows, stop_at, last=True)
-        if not marker:
-            self.done = True
-            self._stop_at = stop_at if self.stop_after_window else None
-            return self.stop_after_window and steps >= stop_at
-        return self._finish_window(stop_at, steps)
+        return self._finish_window(stop_at, steps, marker=marker)
 
-    def _finish_window(self, stop_at: int, steps: int) -> bool:
-        """The last window is checked: the marker for the parent, and whether to stop now
-        (``stop_after_window``: after ``stop_at`` steps)."""
+    def _follower_done(self, decision: Decision | None, steps: int) -> bool:
+        """A follower whose window is checked (or lost) ends when rank 0 says there is no
+        further window, and stops after the step it names."""
+        if decision is None or not decision.last:
+            return False
+        return self._finish_window(decision.after_steps, steps)
+
+    def _finish_window(self, stop_at: int, steps: int, *, marker: bool = True) -> bool:
+        """Nothing more to profile: the marker for the parent (``marker``), and whether to
+        stop now (``stop_after_window``: after ``stop_at`` steps)."""
         self.done = True
-        marker = self.out / WINDOW_MARKER.format(rank=self.rank)  # the parent may diagnose it
-        marker.write_bytes(msgspec.json.encode(self.checks))
+        if marker:  # the parent may diagnose it
+            path = self.out / WINDOW_MARKER.format(rank=self.rank)
+            path.write_bytes(msgspec.json.encode(self.checks))
         self._stop_at = stop_at if self.stop_after_window else None
         return self.stop_after_window and steps >= stop_at
 

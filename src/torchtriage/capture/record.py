@@ -4,18 +4,14 @@ sizes, knob outcomes, start-up and compile cost; see :class:`~torchtriage.result
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
+from torchtriage.capture.agreement import world_size
 from torchtriage.capture.knob_host import KnobHost
 from torchtriage.capture.signals import MAX_BATCH_SIZES, SignalRecorder
 from torchtriage.capture.steps import StepClock, StepDetector
 from torchtriage.results.run import RunMode
-
-
-def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
 def record_fields(rank: int, mode: RunMode, clock: StepClock, detector: StepDetector,

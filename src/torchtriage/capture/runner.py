@@ -332,11 +332,16 @@ FULL_DISK_BYTES = 1 << 20  # less free space than this where nothing was saved: 
 
 def no_record_reason(out: Path) -> str:
     """Why a command left no run record in ``out``: a full file system, else no step."""
+    return full_disk_reason(out) or NO_STEP
+
+
+def full_disk_reason(out: Path) -> str | None:
+    """One line saying that ``out``'s file system is too full to save anything, or None."""
     free = _free_bytes(out)
     if free is not None and free < FULL_DISK_BYTES:
         return (f"nothing could be saved in {out}: its file system has {free // 1024} KiB "
                 "free (the trace and the run record need more)")
-    return NO_STEP
+    return None
 
 
 def _free_bytes(path: Path) -> int | None:

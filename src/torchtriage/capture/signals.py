@@ -23,6 +23,7 @@ a CUDA graph's static output buffer is overwritten by its next replay).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torchtriage.capture.knob_host import KnobHost
@@ -83,7 +84,7 @@ class SignalRecorder:
         self.loader_workers = 0  # the most worker processes a DataLoader used
         self.loader_batches = 0  # batches fetched from any DataLoader
         # called after each backward() outside an optimizer's closure (steps by backward())
-        self.after_backward: Any = None
+        self.after_backward: Callable[[], None] | None = None
 
     def close_segment(self, key: object) -> None:
         """An optimizer step (``key``: its id) or torchtriage.step() (MANUAL) ended."""

@@ -42,7 +42,7 @@ import msgspec
 
 from torchtriage.capture import interrupt
 from torchtriage.capture.rundir import claim_run_dir
-from torchtriage.capture.runner import describe_failure, run_command, write_diagnosis
+from torchtriage.capture.runner import full_disk_reason, run_command, write_diagnosis
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.knobs import served
 from torchtriage.diagnosis.result import Diagnosis, OutOfMemory
@@ -165,7 +165,6 @@ class _Loop:
         self.last_trials: list[Trial] = []  # trials of the kept configuration
         # knob outcomes of each profile run, by its run directory
         self.profile_outcomes: dict[str, dict[str, KnobOutcome]] = {}
-        self._profile_failure: str | None = None  # the last profile run's failure, in one line
         self.skip = 0  # steps before the profile window (set once the trials disagree)
         self.reprofile = False  # a profile round disagreed with its trials: profile again
 
@@ -187,7 +186,6 @@ class _Loop:
                              log=run_dir / "output.log")
         if result.interrupted is not None:
             raise interrupt.Interrupted(result.interrupted)
-        self._profile_failure = describe_failure(result, self.settings.trial.timeout)
         if not self.budget.profile_s:
             self.budget.profile_s = time.monotonic() - start
             self.budget.trial_estimate_s = trial_estimate(result.rank0(), self.settings.trial)
@@ -214,9 +212,9 @@ class _Loop:
         diagnosis, losses, _, _ = self.profile({}, "original")
         if diagnosis is None:
             log = self.out / "profiles" / "0-original" / "output.log"
-            why = self._profile_failure or ""
-            if why.startswith("nothing could be saved"):  # a full disk, say: that, not "no step"
-                raise TorchtriageError(f"{why}; there is nothing to fix")
+            full = full_disk_reason(log.parent)  # a full disk, say: that, not "no step"
+            if full is not None:
+                raise TorchtriageError(f"{full}; there is nothing to fix")
             raise TorchtriageError(f"the command recorded no training step as written, so "
                                    f"there is nothing to fix (its output: {log})")
         self._round(diagnosis, {}, "original")
