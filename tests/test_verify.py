@@ -511,7 +511,8 @@ def test_earlier_trials_from_another_load_period_are_set_aside(tmp_path):
                     min_fresh=2)
     assert result.reused_set_aside and "load changed" in result.reused_set_aside
     assert not any(t.reused for t in result.trials)
-    assert result.a.trials_ok == result.b.trials_ok >= 2
+    # (an arm whose trial is set aside as an outlier runs one more, so the counts may differ)
+    assert min(result.a.trials_ok, result.b.trials_ok) >= 2
     assert result.verdict != "faster", result.summary
     # earlier trials that fill both arms still leave min_fresh fresh ones (before: none ran)
     again = run_ab([sys.executable, TINY], tmp_path / "again",
