@@ -28,4 +28,3 @@ def test_all_benchmarks_print_their_tables(shared_traces):
     assert "accuracy: 7/7" in out
     # A/B verdicts
     assert "| data_starved | dataloader.num_workers=2 |" in out
-    assert "no-op knob: no_change in" in out

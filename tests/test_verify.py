@@ -513,7 +513,10 @@ def test_earlier_trials_from_another_load_period_are_set_aside(tmp_path):
     assert not any(t.reused for t in result.trials)
     # (an arm whose trial is set aside as an outlier runs one more, so the counts may differ)
     assert min(result.a.trials_ok, result.b.trials_ok) >= 2
-    assert result.verdict != "faster", result.summary
+    # the arms are the fresh trials' (~1 ms steps), not the 10 s and 5 s earlier ones that
+    # made the no-op candidate 'faster' (its verdict on fresh trials depends on the machine's
+    # load, so it is not asserted: a loaded CI worker once measured 2.4x)
+    assert result.a.mean_step_ms < 1000 and result.b.mean_step_ms < 1000, result.summary
     # earlier trials that fill both arms still leave min_fresh fresh ones (before: none ran)
     again = run_ab([sys.executable, TINY], tmp_path / "again",
                    TrialSettings(trials=2, warmup=3, steps=5), knobs={}, adaptive=True,
