@@ -579,3 +579,29 @@ def test_the_budget_keeps_the_final_ab_in_reserve():
     budget.start -= 60  # 109.5 s spent: the final A/B still gets its two trials
     now = time.monotonic()
     assert now + 20.0 <= budget.final_deadline() <= time.monotonic() + 20.0
+
+
+def test_a_first_profile_longer_than_the_budget_is_stopped_at_its_end(tmp_path):
+    """A script of 5-second steps needs about a minute to reach the end of its profiling
+    window; `fix --budget 15s` ran it all (no timeout bounded a profile run) and only then
+    found the budget spent. The profile now stops at the budget's end, and fix says so in one
+    line."""
+    started = time.monotonic()
+    proc, result, out = fix(tmp_path, "--budget", "15s", "--", "python", TINY, "--steps", "100",
+                            "--sleep-ms", "5000")
+    took = time.monotonic() - started
+    assert proc.returncode == 2 and result is None, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "torchtriage: error: the first profile did not finish within --budget 15s (stopped "
+        "before its window was profiled); give fix a larger --budget (its output: "
+        f"{out / 'profiles' / '0-original' / 'output.log'})")
+    assert took < 45, took  # (a minute or more before)
+
+
+def test_the_first_profile_run_gets_the_budget_or_the_timeout():
+    from torchtriage.fix.budget import Budget
+
+    budget = Budget(100.0)
+    assert budget.first_profile_timeout(None) == 100.0
+    assert budget.first_profile_timeout(20.0) == 20.0  # --timeout, when shorter
+    assert budget.first_profile_timeout(300.0) == 100.0

@@ -54,6 +54,15 @@ class Budget:
         """Whether another profile round (as long as the first) fits beside the reserve."""
         return self.elapsed + self.profile_s + self.reserve_s <= self.seconds
 
+    def first_profile_timeout(self, timeout: float | None) -> float:
+        """The wall time the first profile run may take: the whole budget, or ``timeout``
+        (``--timeout``) when that is shorter. Nothing can be tried after a first profile that
+        used the budget up, so a script whose window needs longer is stopped at the budget's
+        end (before: a script of 5-second steps ran a minute past ``--budget 15s``). Later
+        profile rounds start only when one as long as the first fits (``allows_profile``);
+        the memory ladder's rungs are not cut short by the budget."""
+        return self.seconds if timeout is None else min(timeout, self.seconds)
+
     def final_deadline(self) -> float:
         """No trial of the final A/B starts past this (``time.monotonic()``)."""
         return max(self.start + self.seconds, time.monotonic() + self.reserve_s)

@@ -155,6 +155,7 @@ class _Loop:
         self.original_oom: OutOfMemory | None = None  # the original ran out of memory
         self.loader_workers = 0  # DataLoader workers the last profile round's script used
         self.loader_batches: int | None = None  # batches it fetched (None: no record)
+        self.profile_cut = False  # the first profile run was stopped at the budget's end
         self.original: list[Trial] = []  # baseline trials of the original configuration
         self.incumbent: list[Trial] = []  # trials of the current kept configuration
         self.trials_run = 0
@@ -182,10 +183,13 @@ class _Loop:
         config = RunConfig(out=str(run_dir), knobs=knobs, stop_after_window=True,
                            device_memory=device_memory, skip=self.skip,
                            worker_seed_offset=seed_offset)
-        result = run_command(self.command, config, timeout=self.settings.trial.timeout,
-                             log=run_dir / "output.log")
+        timeout = (self.budget.first_profile_timeout(self.settings.trial.timeout)
+                   if not self.rounds else self.settings.trial.timeout)
+        result = run_command(self.command, config, timeout=timeout, log=run_dir / "output.log")
         if result.interrupted is not None:
             raise interrupt.Interrupted(result.interrupted)
+        self.profile_cut = (not self.rounds and result.timed_out
+                            and timeout != self.settings.trial.timeout)
         if not self.budget.profile_s:
             self.budget.profile_s = time.monotonic() - start
             self.budget.trial_estimate_s = trial_estimate(result.rank0(), self.settings.trial)
@@ -215,6 +219,11 @@ class _Loop:
             full = full_disk_reason(log.parent)  # a full disk, say: that, not "no step"
             if full is not None:
                 raise TorchtriageError(f"{full}; there is nothing to fix")
+            if self.profile_cut:
+                raise TorchtriageError(
+                    f"the first profile did not finish within --budget "
+                    f"{self.budget.seconds:g}s (stopped before its window was profiled); "
+                    f"give fix a larger --budget (its output: {log})")
             raise TorchtriageError(f"the command recorded no training step as written, so "
                                    f"there is nothing to fix (its output: {log})")
         self._round(diagnosis, {}, "original")
