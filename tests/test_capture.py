@@ -133,3 +133,20 @@ def test_bad_options_are_one_line_errors(tmp_path):
         torchtriage.profile(tmp_path, device_memory="lots")
     with pytest.raises(torchtriage.TorchtriageError, match="invalid schedule"):
         torchtriage.profile(tmp_path, active=0)
+
+
+def test_the_step_clock_maps_step_numbers_to_its_ends():
+    """Step n (counted from 1) runs from the end of step n - 1 to its own: the window check's
+    step times and the machine sampler's spans both read them from here."""
+    from torchtriage.capture.steps import StepClock
+
+    clock = StepClock()
+    clock.ends = [1.0, 1.5, 2.5, 2.75, 3.0]
+    assert clock.step_ms(1, 5) == [500.0, 1000.0, 250.0, 250.0]  # step 1 has no start
+    assert clock.step_ms(3, 4) == [1000.0, 250.0]
+    assert clock.step_ms(4, 9) == [250.0, 250.0]  # steps that have not ended are left out
+    assert clock.step_ms(6, 9) == []
+    assert clock.step_ms(2, 5) == clock.host_step_ms()
+    assert clock.span(3, 4) == (1.5, 2.75)
+    assert clock.span(4, 9) == (2.5, 3.0)
+    assert clock.span(1, 3) is None and clock.span(6, 9) is None

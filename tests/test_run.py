@@ -256,24 +256,17 @@ def _checked_window(tmp_path, ready_at, step_ms_at):
     16 batches in flight, checked step by step: the ready-queue reading and the host time of
     each step come from the two functions. Returns the check."""
     from torchtriage.capture.profiling import ProfilingWindow
+    from torchtriage.capture.steps import StepClock
     from torchtriage.results.run import Schedule
 
-    class Clock:
-        def __init__(self):
-            self.ms: list[float] = []  # index i: step i + 2
-
-        def host_step_ms(self):
-            return self.ms
-
-    clock, readings = Clock(), []
+    clock, readings = StepClock(), []
     window = ProfilingWindow(tmp_path, 0, Schedule(), 0, None, clock, lambda: 16,
                              ready=lambda: readings)
     window._started_at, window._warmup = 16, 18
     assert window._window() == (36, 40)
     for step in range(1, 200):
         readings.append(ready_at(step))
-        if step >= 2:
-            clock.ms.append(step_ms_at(step))
+        clock.ends.append(clock.ends[-1] + step_ms_at(step) / 1e3 if step >= 2 else 0.0)
         if step > 40:
             window._await_check_start(step)
             check = window._check(step, final=False)

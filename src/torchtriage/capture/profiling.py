@@ -129,9 +129,7 @@ class ProfilingWindow:
                 [s for s in (self.active_steps(),) if s is not None])
         if last is not None and last.after_first_step and last.after_steps:
             runs.append((last.after_first_step, last.after_first_step + last.after_steps - 1))
-        ends = self.clock.ends
-        return [(ends[a - 2], ends[min(b, len(ends)) - 1]) for a, b in runs
-                if 2 <= a <= len(ends)]
+        return [span for a, b in runs if (span := self.clock.span(a, b)) is not None]
 
     def start_step(self, steps: int) -> tuple[int, str]:
         """After how many steps the window starts, and why there (asked at each step until it
@@ -375,13 +373,8 @@ class ProfilingWindow:
             after_first = self._earliest_check_step()
         if steps < after_first + CHECK_STEPS - 1 and not final:
             return None
-        durations = self.clock.host_step_ms()  # index i: step i + 2
-
-        def times(lo: int, hi: int) -> list[float]:
-            return [durations[n - 2] for n in range(max(lo, 2), hi + 1) if n - 2 < len(durations)]
-
-        inside = times(first, last)
-        after = times(after_first, min(steps, after_first + CHECK_STEPS - 1))
+        inside = self.clock.step_ms(first, last)
+        after = self.clock.step_ms(after_first, min(steps, after_first + CHECK_STEPS - 1))
         if not inside:
             return None
         profiled = statistics.fmean(inside)

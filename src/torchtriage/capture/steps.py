@@ -109,6 +109,23 @@ class StepClock:
         """Step i+1's end minus step i's, in milliseconds."""
         return [round((b - a) * 1e3, 3) for a, b in zip(self.ends, self.ends[1:], strict=False)]
 
+    def span(self, first: int, last: int) -> tuple[float, float] | None:
+        """``time.perf_counter()`` span of steps ``first``..``last`` (counted from 1): from the
+        end of the step before ``first`` to the end of ``last`` or of the latest step, when
+        ``last`` has not ended. None when ``first`` is step 1 (no step ends before it) or has
+        not ended."""
+        if not 2 <= first <= len(self.ends):
+            return None
+        return self.ends[first - 2], self.ends[min(last, len(self.ends)) - 1]
+
+    def step_ms(self, first: int, last: int) -> list[float]:
+        """Host milliseconds of the steps ``first``..``last`` that have ended (each from the
+        end of the step before it to its own; step 1 has none): :meth:`host_step_ms` of those
+        steps alone."""
+        ends = self.ends
+        return [round((ends[n - 1] - ends[n - 2]) * 1e3, 3)
+                for n in range(max(first, 2), min(last, len(ends)) + 1)]
+
     def first_step_s(self) -> float | None:
         """Seconds from the bootstrap's start (before the script's imports) to the first
         step's end: start-up cost such as compilation."""
