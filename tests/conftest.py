@@ -53,15 +53,6 @@ def pytest_configure(config):
     compileall.compile_dir(REPO / "src", quiet=2)
 
 
-def pytest_xdist_auto_num_workers(config) -> int:
-    """``-n auto`` (the README's test command): 3 workers per 2 cores, not one per core. Most
-    tests wait on the processes they start (torch imports, DataLoader workers, sleeps that
-    stand in for slow I/O): with one worker per core the 2 cores were busy 78 % of the time
-    (2026-12-03, 4 test files: 305 s of wall time, 476 s of CPU); with 3 workers the same
-    tests took 243 s. Timing tests run alone, in the command's second part."""
-    return max(1, len(os.sched_getaffinity(0)) * 3 // 2)
-
-
 @pytest.fixture
 def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
