@@ -164,7 +164,7 @@ class ProfilingWindow:
         ends at this same instant (see StepDetector), so the session starts there instead (a
         probe started here would see an empty step)."""
         if self.done:  # a job's ranks stop together, after the step rank 0 named
-            return self._stop_at is not None and steps >= self._stop_at
+            return self._stop_due(steps)
         if self._agreement_pending:
             self._agreement_pending = False
             self.agreement = WindowAgreement.for_job(self.out, self.rank)
@@ -292,7 +292,11 @@ class ProfilingWindow:
             path = self.out / WINDOW_MARKER.format(rank=self.rank)
             path.write_bytes(msgspec.json.encode(self.checks))
         self._stop_at = stop_at if self.stop_after_window else None
-        return self.stop_after_window and steps >= stop_at
+        return self._stop_due(steps)
+
+    def _stop_due(self, steps: int) -> bool:
+        """Whether the script stops now: done, ``stop_after_window``, at its stop step."""
+        return self._stop_at is not None and steps >= self._stop_at
 
     def finish_checks(self, steps: int) -> None:
         """At the end of the run: a window whose check was cut short is recorded as is."""

@@ -106,8 +106,8 @@ class StepClock:
         self.ends.append(time.perf_counter())
 
     def host_step_ms(self) -> list[float]:
-        """Step i+1's end minus step i's, in milliseconds."""
-        return [round((b - a) * 1e3, 3) for a, b in zip(self.ends, self.ends[1:], strict=False)]
+        """Step i+1's end minus step i's, in milliseconds: every step's but the first's."""
+        return self.step_ms(2, self.steps)
 
     def span(self, first: int, last: int) -> tuple[float, float] | None:
         """``time.perf_counter()`` span of steps ``first``..``last`` (counted from 1): from the
@@ -120,8 +120,7 @@ class StepClock:
 
     def step_ms(self, first: int, last: int) -> list[float]:
         """Host milliseconds of the steps ``first``..``last`` that have ended (each from the
-        end of the step before it to its own; step 1 has none): :meth:`host_step_ms` of those
-        steps alone."""
+        end of the step before it to its own; step 1 has none)."""
         ends = self.ends
         return [round((ends[n - 1] - ends[n - 2]) * 1e3, 3)
                 for n in range(max(first, 2), min(last, len(ends)) + 1)]

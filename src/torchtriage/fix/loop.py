@@ -183,13 +183,13 @@ class _Loop:
         config = RunConfig(out=str(run_dir), knobs=knobs, stop_after_window=True,
                            device_memory=device_memory, skip=self.skip,
                            worker_seed_offset=seed_offset)
-        timeout = (self.budget.first_profile_timeout(self.settings.trial.timeout)
-                   if not self.rounds else self.settings.trial.timeout)
+        first = not self.rounds  # the original's: bounded by the budget too
+        timeout = (self.budget.first_profile_timeout(self.settings.trial.timeout) if first
+                   else self.settings.trial.timeout)
         result = run_command(self.command, config, timeout=timeout, log=run_dir / "output.log")
         if result.interrupted is not None:
             raise interrupt.Interrupted(result.interrupted)
-        self.profile_cut = (not self.rounds and result.timed_out
-                            and timeout != self.settings.trial.timeout)
+        self.profile_cut = first and result.timed_out and timeout != self.settings.trial.timeout
         if not self.budget.profile_s:
             self.budget.profile_s = time.monotonic() - start
             self.budget.trial_estimate_s = trial_estimate(result.rank0(), self.settings.trial)
