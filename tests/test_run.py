@@ -8,11 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
+
+from torchtriage.results.run import WindowMarker
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).parent / "scripts"
 EXAMPLES = REPO / "examples"
+TINY = str(SCRIPTS / "tiny_loop.py")
 
 
 def run(tmp_path: Path, *args: str, out: str = "run", timeout: int = 300):
@@ -618,3 +622,23 @@ def test_a_checkpoint_inside_the_window_is_found_and_the_window_profiled_again(t
     assert first["representative"] is False
     messages = " ".join(f["message"] for f in d["findings"])
     assert "step 10 took" in messages and "one-off" in messages, messages
+
+
+def test_the_early_verdict_reads_the_training_process_cpu_facts_not_torch_in_the_cli(tmp_path):
+    """Without --steps the window is diagnosed while the script trains on. The CPU facts that
+    diagnosis reads (torch's CPU capability, native bf16) come from the training process in
+    the window marker: the CLI process imports no torch (it did, for one string: ~1.5 s of
+    CPU taken from the training beside it)."""
+    out = tmp_path / "run"
+    cli = ("import runpy, sys\n"
+           "try:\n    runpy.run_module('torchtriage', run_name='__main__')\n"
+           "finally:\n    print('torch in the CLI:', 'torch' in sys.modules, file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", cli, "run", "--out", str(out), "--", "python",
+                           TINY, "--steps", "40"], capture_output=True, text=True, timeout=300,
+                          cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "the profiling window is diagnosed" in proc.stdout
+    assert "torch in the CLI: False" in proc.stderr, proc.stderr
+    marker = msgspec.json.decode((out / "window.rank0.json").read_bytes(), type=WindowMarker)
+    assert marker.checks and marker.checks[-1].representative is not None, marker
+    assert marker.machine is not None and marker.machine.cpu_capability, marker.machine

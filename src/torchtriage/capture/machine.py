@@ -18,6 +18,7 @@ GPU is present) and costs well under 1% of a core.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -200,9 +201,13 @@ def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str] | None:
 
 
 def _cpu_capability() -> str | None:
+    """torch's CPU capability (``AVX512``, ``AVX2``...), read only where torch is loaded: the
+    training process. None elsewhere: importing torch for one string cost a CLI process ~1.5 s
+    of CPU while the script it watched trained beside it (measured 2026-12-03)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
     try:
-        import torch
-
         return str(torch.backends.cpu.get_cpu_capability())
     except Exception:
         return None

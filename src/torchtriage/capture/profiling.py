@@ -57,8 +57,8 @@ from torchtriage.capture.agreement import (
 )
 from torchtriage.capture.steps import StepClock
 from torchtriage.diagnosis import thresholds as th
-from torchtriage.diagnosis.result import WindowCheck
-from torchtriage.results.run import WINDOW_MARKER, Schedule, decode_record
+from torchtriage.diagnosis.result import MachineInfo, WindowCheck
+from torchtriage.results.run import WINDOW_MARKER, Schedule, WindowMarker, decode_record
 
 log = logging.getLogger(__name__)
 CHECK_STEPS = int(th.WINDOW_CHECK_STEPS.value)
@@ -289,8 +289,12 @@ class ProfilingWindow:
         stop now (``stop_after_window``: after ``stop_at`` steps)."""
         self.done = True
         if marker:  # the parent may diagnose it
+            from torchtriage.capture.machine import cpu_facts
+
+            facts = msgspec.convert(cpu_facts(), MachineInfo)
             path = self.out / WINDOW_MARKER.format(rank=self.rank)
-            path.write_bytes(msgspec.json.encode(self.checks))
+            path.write_bytes(msgspec.json.encode(WindowMarker(checks=self.checks,
+                                                              machine=facts)))
         self._stop_at = stop_at if self.stop_after_window else None
         return self._stop_due(steps)
 

@@ -30,7 +30,7 @@ from torchtriage.capture import interrupt, processes
 from torchtriage.capture.rundir import claim_run_dir
 from torchtriage.diagnosis.diagnose import diagnose_out_of_memory
 from torchtriage.diagnosis.job import JobDiagnosis
-from torchtriage.diagnosis.result import Diagnosis, WindowCheck
+from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.diagnosis.traces import DiagnoseOptions, diagnose_traces
 from torchtriage.errors import TorchtriageError
 from torchtriage.results.registry import read_document
@@ -39,6 +39,7 @@ from torchtriage.results.run import (
     KnobOutcome,
     RunConfig,
     RunRecord,
+    WindowMarker,
     decode_record,
     merge_knob_outcomes,
 )
@@ -89,7 +90,7 @@ def run_command(
     timeout: float | None = None,
     stdout_to_stderr: bool = False,
     log: Path | None = None,
-    on_window: Callable[[Path, list[WindowCheck]], None] | None = None,
+    on_window: Callable[[Path, WindowMarker], None] | None = None,
 ) -> RunResult:
     """Run ``command`` under the bootstrap with ``config`` (its ``out`` is the run directory);
     return what it recorded (never raises for the command's own failures: the caller reports
@@ -106,7 +107,8 @@ def run_command(
         log: send the command's stdout and stderr to this file instead of the terminal.
         on_window: called once, while the command goes on training, when a single-process
             run has profiled and checked its window (``window.rank0.json``), with the run
-            directory and the window checks: diagnose it now, not at exit.
+            directory and the marker (the window checks, the training process's CPU facts):
+            diagnose it now, not at exit.
     """
     out = Path(config.out)
     if not command:
@@ -144,7 +146,7 @@ def run_command(
                      records=records, interrupted=signalled)
 
 
-def _window_watch(out: Path, on_window: Callable[[Path, list[WindowCheck]], None] | None
+def _window_watch(out: Path, on_window: Callable[[Path, WindowMarker], None] | None
                   ) -> Callable[[], None] | None:
     """A poll that calls ``on_window`` once rank 0's window marker appears (one rank only)."""
     if on_window is None:
@@ -158,8 +160,7 @@ def _window_watch(out: Path, on_window: Callable[[Path, list[WindowCheck]], None
             return
         done = True
         try:
-            checks = msgspec.json.decode(marker.read_bytes(), type=list[WindowCheck])
-            on_window(out, checks)
+            on_window(out, msgspec.json.decode(marker.read_bytes(), type=WindowMarker))
         except Exception as exc:  # the final diagnosis at exit still comes
             log.warning("torchtriage: diagnosing the window early failed (%s)", exc)
 

@@ -21,7 +21,7 @@ from torchtriage.errors import TorchtriageError
 
 if TYPE_CHECKING:
     from torchtriage.diagnosis.job import JobDiagnosis
-    from torchtriage.diagnosis.result import Diagnosis, WindowCheck
+    from torchtriage.diagnosis.result import Diagnosis
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -50,7 +50,8 @@ def demo(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Profile an unmodified script."""
-    from torchtriage.capture.machine import cpu_facts
+    import msgspec
+
     from torchtriage.capture.runner import (
         describe_failure,
         python_command,
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from torchtriage.diagnosis.knobs import parse_knobs
     from torchtriage.diagnosis.traces import DiagnoseOptions, diagnose_traces, trace_details
     from torchtriage.report.render import renderable
-    from torchtriage.results.run import RunConfig, Schedule
+    from torchtriage.results.run import RunConfig, Schedule, WindowMarker
 
     knobs = parse_knobs(args.knob or [])  # refused before the script starts
     steps, skip, out_dir = args.steps, args.skip, args.out
@@ -79,14 +80,15 @@ def run(args: argparse.Namespace) -> int:
     out = console(stderr=args.json_out)
     early: list[Diagnosis | JobDiagnosis] = []
 
-    def window_done(run_dir: Path, checks: list[WindowCheck]) -> None:
+    def window_done(run_dir: Path, marker: WindowMarker) -> None:
         """A long run (no --steps): the window's verdict now, while training goes on."""
         traces = [p for p in run_dir.iterdir() if p.name.startswith("rank0_")
                   and p.name.endswith((".json", ".json.gz"))]
-        # this machine's CPU facts (the bf16 gate reads them); the samples come at exit
+        # the training process's CPU facts (the bf16 gate reads them); samples come at exit
+        machine = {0: msgspec.structs.asdict(marker.machine)} if marker.machine else None
         doc = diagnose_traces(traces, DiagnoseOptions(device_memory=device_memory,
-                                                      top=args.top, windows={0: checks},
-                                                      machine={0: cpu_facts()}, workers=1))
+                                                      top=args.top, windows={0: marker.checks},
+                                                      machine=machine, workers=1))
         (run_dir / "diagnosis.json").write_text(doc.to_json() + "\n")
         early.append(doc)
         out.print(renderable(doc))

@@ -10,15 +10,25 @@ from typing import Any, Literal
 
 import msgspec
 
-from torchtriage.diagnosis.result import OutOfMemory, WindowCheck
+from torchtriage.diagnosis.result import MachineInfo, OutOfMemory, WindowCheck
 from torchtriage.document import JsonDocument
 
 SCHEMA = "torchtriage.run/1"
 CONFIG_SCHEMA = "torchtriage.run-config/1"
 RunMode = Literal["profile", "time"]
 # written by the bootstrap once a window is profiled and checked (profile mode), so that the
-# parent can diagnose it while the script trains on: the WindowCheck list, as JSON
+# parent can diagnose it while the script trains on: a WindowMarker, as JSON
 WINDOW_MARKER = "window.rank{rank}.json"
+
+
+class WindowMarker(msgspec.Struct, kw_only=True):
+    """What the parent needs to diagnose a window while the script trains on
+    (:data:`WINDOW_MARKER`): the window checks, and the training process's CPU facts without
+    samples (``capture.machine.cpu_facts``: its cores, torch's CPU capability, native bf16),
+    read there because the parent does not import torch."""
+
+    checks: list[WindowCheck]
+    machine: MachineInfo | None = None
 
 
 class Schedule(msgspec.Struct, kw_only=True, frozen=True):
