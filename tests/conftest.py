@@ -47,10 +47,15 @@ def pytest_configure(config):
     is not written (``PYTHONDONTWRITEBYTECODE``, set in this project's CI machines), each of
     them compiled the package's sources again (0.5-0.6 s of a process's start, measured on
     2026-12-03); they are compiled once here (compileall writes regardless of that setting,
-    and skips what is up to date)."""
+    and skips what is up to date). And every process they start skips the interpreter's final
+    garbage collection (``tests/site/usercustomize.py``, on ``PYTHONPATH`` from here)."""
     import compileall
 
     compileall.compile_dir(REPO / "src", quiet=2)
+    site_dir = str(REPO / "tests" / "site")
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if site_dir not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([site_dir, *paths])
 
 
 @pytest.fixture
