@@ -213,3 +213,6 @@ def test_analyze_of_a_real_trace_with_shapes_loads_nothing_it_does_not_need(tmp_
     trace = shared_traces / "hta" / "rank_non_gpu" / "rank_non_gpu.json.gz"
     assert not _loaded(_modules_after(["analyze", "--json", str(trace)], tmp_path),
                        (*_NOT_FOR_ANALYZE, "rich"))
+    # its terminal view: rich's table of emoji codes is not loaded (7 ms: names print as
+    # written, cli.output.console)
+    assert not _loaded(_modules_after(["analyze", str(trace)], tmp_path), ("rich._emoji_codes",))

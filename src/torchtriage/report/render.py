@@ -42,6 +42,6 @@ def renderable(doc: JsonDocument) -> RenderableType:
 def render_text(doc: JsonDocument, *, width: int = 110) -> str:
     """:func:`renderable` as plain text (no colour codes)."""
     buf = io.StringIO()
-    Console(file=buf, width=width, color_system=None, force_terminal=False).print(
-        renderable(doc))
+    Console(file=buf, width=width, color_system=None, force_terminal=False,
+            emoji=False).print(renderable(doc))  # names as written (see cli.output.console)
     return buf.getvalue()
