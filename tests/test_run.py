@@ -634,8 +634,8 @@ def test_the_early_verdict_reads_the_training_process_cpu_facts_not_torch_in_the
            "try:\n    runpy.run_module('torchtriage', run_name='__main__')\n"
            "finally:\n    print('torch in the CLI:', 'torch' in sys.modules, file=sys.stderr)\n")
     proc = subprocess.run([sys.executable, "-c", cli, "run", "--out", str(out), "--", "python",
-                           TINY, "--steps", "150", "--sleep-ms", "20"], capture_output=True, text=True, timeout=300,
-                          cwd=REPO)
+                           TINY, "--steps", "150", "--sleep-ms", "20"], capture_output=True,
+                          text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert "the profiling window is diagnosed" in proc.stdout
     assert "torch in the CLI: False" in proc.stderr, proc.stderr
