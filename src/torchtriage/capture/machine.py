@@ -44,11 +44,7 @@ class MachineSampler:
         self._root = job_root(psutil, self._process)
         psutil.cpu_percent(percpu=True)  # the first call only sets the reference point
         self._nvml = _nvml_handle()
-        cores, source = cores_available()
-        self.static: dict[str, Any] = {"cores_available": cores,
-                                       "cores_available_source": source,
-                                       "cpu_capability": _cpu_capability(),
-                                       "cpu_bf16": cpu_bf16_flags()}
+        self.static: dict[str, Any] = static_facts()
         self._thread = threading.Thread(target=self._loop, name="torchtriage-machine",
                                         daemon=True)
         self._thread.start()
@@ -104,16 +100,22 @@ class MachineSampler:
                 continue
 
 
-def cpu_facts() -> dict[str, Any]:
-    """This machine's CPU facts without samples (``samples`` 0), for a diagnosis made where the
-    training ran but nothing was sampled (``torchtriage.profile``): the cores the job may use
-    and the CPU's native bf16 instructions."""
+def static_facts() -> dict[str, Any]:
+    """What does not change while the job runs: the cores it may use (and where that limit
+    comes from), torch's CPU capability and the CPU's native bf16 instructions."""
     cores, source = cores_available()
+    return {"cores_available": cores, "cores_available_source": source,
+            "cpu_capability": _cpu_capability(), "cpu_bf16": cpu_bf16_flags()}
+
+
+def cpu_facts(static: dict[str, Any] | None = None) -> dict[str, Any]:
+    """This machine's CPU facts without samples (``samples`` 0), for a diagnosis made where the
+    training ran but nothing was sampled (``torchtriage.profile``, the early verdict of a long
+    ``run``): ``static`` (:func:`static_facts`, a sampler's when it has them, else read now)
+    with the sample fields empty."""
     return {"samples": 0, "cores": os.cpu_count() or 1, "cpu_busy_mean": 0.0,
             "cpu_busy_per_core": [], "rss_max_bytes": 0, "child_processes": 0,
-            "children_cpu_cores_mean": 0.0, "cores_available": cores,
-            "cores_available_source": source, "cpu_capability": _cpu_capability(),
-            "cpu_bf16": cpu_bf16_flags()}
+            "children_cpu_cores_mean": 0.0, **(static or static_facts())}
 
 
 def _cpu(proc) -> float:

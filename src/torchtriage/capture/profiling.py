@@ -291,7 +291,9 @@ class ProfilingWindow:
         if marker:  # the parent may diagnose it
             from torchtriage.capture.machine import cpu_facts
 
-            facts = msgspec.convert(cpu_facts(), MachineInfo)
+            # the sampler read them at the first step: not again on a training step
+            static = self.sampler.static if self.sampler is not None else None
+            facts = msgspec.convert(cpu_facts(static), MachineInfo)
             path = self.out / WINDOW_MARKER.format(rank=self.rank)
             path.write_bytes(msgspec.json.encode(WindowMarker(checks=self.checks,
                                                               machine=facts)))

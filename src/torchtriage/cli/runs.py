@@ -50,8 +50,6 @@ def demo(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Profile an unmodified script."""
-    import msgspec
-
     from torchtriage.capture.runner import (
         describe_failure,
         python_command,
@@ -85,10 +83,9 @@ def run(args: argparse.Namespace) -> int:
         traces = [p for p in run_dir.iterdir() if p.name.startswith("rank0_")
                   and p.name.endswith((".json", ".json.gz"))]
         # the training process's CPU facts (the bf16 gate reads them); samples come at exit
-        machine = {0: msgspec.structs.asdict(marker.machine)} if marker.machine else None
-        doc = diagnose_traces(traces, DiagnoseOptions(device_memory=device_memory,
-                                                      top=args.top, windows={0: marker.checks},
-                                                      machine=machine, workers=1))
+        doc = diagnose_traces(traces, DiagnoseOptions(
+            device_memory=device_memory, top=args.top, windows={0: marker.checks},
+            machine={0: marker.machine} if marker.machine else None, workers=1))
         (run_dir / "diagnosis.json").write_text(doc.to_json() + "\n")
         early.append(doc)
         out.print(renderable(doc))

@@ -57,7 +57,7 @@ def diagnose(
     device_memory: int | None = None,
     oom: bool = False,
     top: int = 10,
-    machine: dict | None = None,
+    machine: dict | r.MachineInfo | None = None,
     out_of_memory: r.OutOfMemory | None = None,
     windows: list[r.WindowCheck] | None = None,
 ) -> r.Diagnosis:
@@ -183,7 +183,7 @@ def diagnose(
 
 
 def build_facts(trace: Trace, *, device_memory: int | None = None, oom: bool = False,
-                machine: dict | None = None,
+                machine: dict | r.MachineInfo | None = None,
                 out_of_memory: r.OutOfMemory | None = None,
                 steps: list | None = None,
                 window: r.WindowCheck | None = None) -> rules.Facts:
@@ -216,7 +216,7 @@ def build_facts(trace: Trace, *, device_memory: int | None = None, oom: bool = F
 
 
 def diagnose_out_of_memory(report: r.OutOfMemory, *, device_memory: int | None = None,
-                           machine: dict | None = None) -> r.Diagnosis:
+                           machine: dict | r.MachineInfo | None = None) -> r.Diagnosis:
     """The diagnosis of a run that ran out of memory before the profiler recorded a step: no
     trace, so no time breakdown; `memory` from the error's own figures, with the ladder's
     prescriptions cheapest first (expandable segments first where the reserved cache sat
@@ -267,9 +267,11 @@ def _rank(trace: Trace) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def _machine(summary: dict | None) -> r.MachineInfo | None:
+def _machine(summary: dict | r.MachineInfo | None) -> r.MachineInfo | None:
     if not summary:
         return None
+    if isinstance(summary, r.MachineInfo):  # already typed (a window marker's)
+        return summary
     fields = set(r.MachineInfo.__struct_fields__)
     return r.MachineInfo(**{k: v for k, v in summary.items() if k in fields})
 
