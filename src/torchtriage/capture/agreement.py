@@ -97,8 +97,14 @@ class WindowAgreement:
         ``last``, there is no such window and (for a script stopped after its window) the
         job stops after ``after_steps`` steps. False when the store could not be reached."""
         value = f"{NO_WINDOW if last else 'start'}\t{after_steps}\t{reason}"
+        key = self.prefix + f"start{window}"
         try:
-            self.store.set(self.prefix + f"start{window}", value)
+            self.store.set(key, value)
+            # A set is not acknowledged: another client's read may reach torchrun's (libuv)
+            # store before it (once in ~20 fresh client pairs, measured on torch 2.13). The
+            # store answers one client's commands in order, so once this check is answered
+            # every rank can read the decision.
+            self.store.check([key])
             return True
         except Exception as exc:  # the agent went away: the followers time out and decide
             log.warning("torchtriage: could not publish the profiling window (%s)", exc)
@@ -113,5 +119,6 @@ class WindowAgreement:
                 return None
             kind, after, reason = self.store.get(key).decode().split("\t", 2)
             return Decision(after_steps=int(after), reason=reason, last=kind == NO_WINDOW)
-        except Exception:
+        except Exception as exc:  # unreachable or garbled: as if not decided yet
+            log.debug("torchtriage: could not read %s from the store (%s)", key, exc)
             return None
