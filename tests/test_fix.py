@@ -184,14 +184,15 @@ def test_memory_ladder_splits_dataloader_batches_before_anything_dearer(tmp_path
 
 def test_memory_ladder_shards_a_state_heavy_ddp_job_when_nothing_cheaper_fits(tmp_path):
     """A DDP job whose parameters, gradients and Adam state fill a 140 MiB stand-in device
-    (4 gloo ranks): accumulation cannot apply (no DataLoader), checkpointing and bf16
+    (2 gloo ranks): accumulation cannot apply (no DataLoader), checkpointing and bf16
     activations do not lower the peak; sharding the state with FSDP2 in DDP's place does, with
-    DDP's losses. Many narrow blocks: FSDP2 holds gathered units besides the shards, and on
-    gloo how many depends on the machine's load (8 blocks of 512 peaked at 80 % of the device
-    on a quiet machine and over 90 % on a loaded one; on 2 ranks 24 blocks of 296 peaked at
-    81-100 %)."""
+    DDP's losses (61-63 % of the device against DDP's 93 %). FSDP2 frees its gloo buffers on
+    gloo's threads, which the profiler does not record: the peak is taken step by step from
+    what is alive after the window (before, it climbed with the missed frees and peaked at
+    91-98 % on 2 ranks, up to 104 % on 4, as the machine's load decided which thread freed
+    them; the FSDP2 gradients were also counted twice)."""
     proc, result, _ = fix(tmp_path, *MEMORY_ONLY, "--budget", "6m", "--device-memory",
-                          "140MiB", "--", "torchrun", "--nproc_per_node=4",
+                          "140MiB", "--", "torchrun", "--nproc_per_node=2",
                           str(SCRIPTS / "ddp_state_heavy.py"), "--steps", "1000",
                           "--blocks", "24", "--width", "296")
     assert proc.returncode == 0, proc.stderr
@@ -204,7 +205,7 @@ def test_memory_ladder_shards_a_state_heavy_ddp_job_when_nothing_cheaper_fits(tm
     rung = ladder["memory.fsdp"]
     assert rung["result"] == "kept", rung
     attempt = rung["attempts"][0]
-    assert attempt["parity"] == "pass" and attempt["peak_fraction"] < 0.9, attempt
+    assert attempt["parity"] == "pass" and attempt["peak_fraction"] < 0.8, attempt
     assert result["kept"] == [{"knob": "memory.fsdp", "value": True}]
     assert any("fully_shard" in line for line in result["instructions"])
 

@@ -54,6 +54,7 @@ from typing import Any
 
 import msgspec
 
+from torchtriage.capture.live_memory import live_cpu_tensor_bytes
 from torchtriage.capture.oom import out_of_memory_report
 from torchtriage.capture.quiet import StderrFilter
 from torchtriage.diagnosis import thresholds as th
@@ -86,49 +87,6 @@ META_KEY = "torchtriage"
 
 def default_run_dir() -> Path:
     return Path("torchtriage_runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-
-
-def live_cpu_tensor_bytes() -> int:
-    """Bytes of CPU tensor storage alive now, parameter gradients excluded.
-
-    On CPU, the profiler's ``Total Allocated`` counts only what is allocated after profiling
-    starts, so parameters and optimizer state created earlier are invisible to it. This is
-    measured once, when recording starts (at a step boundary), and added to the CPU peak.
-    Gradients are left out because ``zero_grad()`` (set_to_none=True, the default) frees them
-    and backward allocates them again inside the recorded steps, where they are counted.
-    """
-    import gc
-
-    import torch
-
-    try:
-        from torch._subclasses.fake_tensor import FakeTensor
-    except ImportError:  # pragma: no cover - very old torch
-        FakeTensor = ()  # type: ignore[assignment,misc]
-
-    storages: dict[int, int] = {}
-    grads: set[int] = set()
-    objects = []
-    with warnings.catch_warnings():  # isinstance() on deprecated lazy module attributes warns
-        warnings.simplefilter("ignore")
-        for o in gc.get_objects():
-            try:  # dead weakref proxies (left by torch.compile) raise on isinstance()
-                if isinstance(o, torch.Tensor) and not isinstance(o, FakeTensor):
-                    objects.append(o)
-            except ReferenceError:
-                continue
-    for obj in objects:
-        try:
-            if obj.device.type != "cpu":
-                continue
-            if isinstance(obj, torch.nn.Parameter) and obj.grad is not None:
-                grads.add(obj.grad.untyped_storage().data_ptr())
-            storage = obj.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
-        except (ReferenceError, RuntimeError, NotImplementedError):
-            continue  # dead weakref proxies, meta/sparse tensors without storage
-    storages.pop(0, None)
-    return sum(n for ptr, n in storages.items() if ptr not in grads)
 
 
 def is_out_of_memory(exc: BaseException | None) -> bool:
@@ -214,6 +172,8 @@ class ProfileSession:
     def _action(self, step: int):
         from torch.profiler import ProfilerAction
 
+        if step == self.last_recorded_step + 1:
+            self._count_live_memory_at_the_end()
         if step < self.wait:
             return ProfilerAction.NONE
         if step == self._prepare_only:
@@ -391,6 +351,16 @@ class ProfileSession:
                 self._meta["cpu_baseline_bytes"] = live_cpu_tensor_bytes()
             self._add_metadata_to(self._prof, self._meta)
             self._meta_added = True
+
+    def _count_live_memory_at_the_end(self) -> None:
+        """The CPU tensor bytes alive right after the last recorded step, into the trace. The
+        profiler asks the schedule for the next step's action after it closed the last step's
+        range and before it stops, so the count falls outside every step and is saved."""
+        if not (self.profile_memory and self._meta_added) or self._prof is None:
+            return
+        if "cpu_live_end_bytes" not in self._meta:
+            self._meta["cpu_live_end_bytes"] = live_cpu_tensor_bytes(gradients=True)
+            self._add_metadata_to(self._prof, self._meta)
 
     def _add_dataset_metadata(self) -> None:
         """The Dataset's time per sample over the recorded steps (see capture/dataset.py)."""
