@@ -8,6 +8,9 @@ from conftest import write_trace, x
 
 from torchtriage.analysis.memory import memory_peaks
 from torchtriage.analysis.steps import find_steps
+from torchtriage.diagnosis.diagnose import diagnose
+from torchtriage.report.html import diagnosis_page
+from torchtriage.report.render import render_text
 from torchtriage.trace import load_trace
 
 MiB = 2**20
@@ -43,6 +46,12 @@ def test_frees_the_profiler_missed_are_not_a_climbing_peak(tmp_path):
     (peak,) = memory_peaks(trace, find_steps(trace).start)
     assert peak.unseen_free_bytes == 40 * MiB
     assert peak.peak_allocated == 70 * MiB
+    diagnosis = diagnose(trace, device_memory=100 * MiB)
+    (shown,) = diagnosis.memory
+    assert (shown.unseen_free_bytes, shown.peak_fraction) == (40 * MiB, 0.7)
+    said = " ".join(render_text(diagnosis, width=200).split())
+    assert "cpu: 40.0 MiB freed where the profiler does not record" in said
+    assert "cpu: 40.0 MiB freed where the profiler does not record" in diagnosis_page(diagnosis)
 
 
 @pytest.mark.parametrize("live_end", [None, 90 * MiB])

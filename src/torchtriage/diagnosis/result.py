@@ -112,6 +112,15 @@ class MemoryPeak(msgspec.Struct, kw_only=True):
     capacity_source: str | None = None  # "deviceProperties" | "--device-memory"
     peak_fraction: float | None = None
 
+    @property
+    def unseen_frees_note(self) -> str | None:
+        """What the views say when frees were missed, or None."""
+        if not self.unseen_free_bytes:
+            return None
+        return (f"{self.device}: {self.unseen_free_bytes / 2**20:,.1f} MiB freed where the "
+                "profiler does not record (another thread), so the peak is each step's own "
+                "rise on what was alive after the window")
+
 
 class DynamicShape(msgspec.Struct, kw_only=True):
     op: str

@@ -270,7 +270,9 @@ def _memory_table(d: Diagnosis) -> str:
         + "</td></tr>" for m in d.memory)
     return ("<table id=\"memory-peaks\"><tr><th>device</th><th class=\"num\">peak allocated "
             "MiB</th><th class=\"num\">peak reserved MiB</th><th class=\"num\">capacity (peak)"
-            "</th></tr>" + rows + "</table>")
+            "</th></tr>" + rows + "</table>"
+            + "".join(f"<p class=\"muted\">{esc(note)}</p>" for m in d.memory
+                      if (note := m.unseen_frees_note)))
 
 
 def _memory_figure(page: Page, d: Diagnosis, curves: list[MemoryCurve]) -> str | None:

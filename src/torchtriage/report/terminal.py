@@ -385,7 +385,9 @@ def _skipped(files: list[SkippedFile]) -> Text:
 
 
 def _memory(d: Diagnosis) -> Table:
-    t = Table(title="Memory peaks", box=box.SIMPLE_HEAD, title_justify="left")
+    unseen = "; ".join(note for m in d.memory if (note := m.unseen_frees_note))
+    t = Table(title="Memory peaks", box=box.SIMPLE_HEAD, title_justify="left",
+              caption=unseen or None, caption_justify="left")
     for col in ("device", "peak allocated", "peak reserved", "capacity", "peak / capacity"):
         t.add_column(col, justify="left" if col == "device" else "right")
     for m in d.memory:
