@@ -20,7 +20,8 @@ class DeviceMemory(msgspec.Struct, frozen=True):
     reserved_at_peak_allocated: int
     events: int
     baseline: int = 0  # CPU: bytes alive before recording started, included in peak_allocated
-    # CPU: bytes whose free the profiler did not see (freed on a thread it does not record)
+    # CPU: bytes whose free the profiler did not see (freed on a thread it does not record),
+    # when they made the peak be taken step by step (over UNSEEN_FREES_SLACK_BYTES); else 0
     unseen_free_bytes: int = 0
 
 
@@ -64,11 +65,13 @@ def memory_peaks(trace: Trace, step_starts_us: np.ndarray | None = None) -> list
         baseline = cpu_baseline if cpu else 0
         peak = int(alloc.max()) + baseline
         unseen = 0
-        if cpu and isinstance(cpu_live_end, int):
+        if cpu and isinstance(cpu_live_end, int) and step_starts_us is not None:
             unseen = max(0, baseline + int(alloc[-1]) - cpu_live_end)
-            if unseen > UNSEEN_FREES_SLACK_BYTES and step_starts_us is not None:
+            if unseen > UNSEEN_FREES_SLACK_BYTES:
                 peak = _steady_state_peak(mem.ts[sel], alloc, step_starts_us, baseline,
                                           cpu_live_end)
+            else:
+                unseen = 0  # the peak as recorded
         out.append(
             DeviceMemory(
                 device="cpu" if cpu else f"cuda:{max(did, 0)}",

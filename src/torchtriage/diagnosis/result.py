@@ -105,8 +105,8 @@ class MemoryPeak(msgspec.Struct, kw_only=True):
     peak_allocated_bytes: int
     peak_reserved_bytes: int
     baseline_bytes: int = 0  # CPU: tensors alive when recording began, included in the peak
-    # CPU: frees the profiler did not see (other threads'); the peak is then taken step by
-    # step at steady state (analysis/memory.py)
+    # CPU: frees the profiler did not see (other threads'), when over 1 MiB: the peak is then
+    # taken step by step at steady state (analysis/memory.py); else 0
     unseen_free_bytes: int = 0
     capacity_bytes: int | None = None
     capacity_source: str | None = None  # "deviceProperties" | "--device-memory"
