@@ -56,7 +56,6 @@ def memory_peaks(trace: Trace, step_starts_us: np.ndarray | None = None) -> list
     out = []
     for k in unique(key):
         sel = np.flatnonzero(key == k)
-        sel = sel[np.argsort(mem.ts[sel], kind="stable")]
         alloc = mem.total_allocated[sel]
         reserved = mem.total_reserved[sel]
         at = int(np.argmax(alloc))
@@ -66,9 +65,12 @@ def memory_peaks(trace: Trace, step_starts_us: np.ndarray | None = None) -> list
         peak = int(alloc.max()) + baseline
         unseen = 0
         if cpu and isinstance(cpu_live_end, int) and step_starts_us is not None:
-            unseen = max(0, baseline + int(alloc[-1]) - cpu_live_end)
+            ts = mem.ts[sel]
+            last = int(alloc[ts.size - 1 - np.argmax(ts[::-1])])  # the last in time order
+            unseen = max(0, baseline + last - cpu_live_end)
             if unseen > UNSEEN_FREES_SLACK_BYTES:
-                peak = _steady_state_peak(mem.ts[sel], alloc, step_starts_us, baseline,
+                order = np.argsort(ts, kind="stable")
+                peak = _steady_state_peak(ts[order], alloc[order], step_starts_us, baseline,
                                           cpu_live_end)
             else:
                 unseen = 0  # the peak as recorded
