@@ -205,7 +205,7 @@ def build_facts(trace: Trace, *, device_memory: int | None = None, oom: bool = F
     return rules.Facts(
         trace=trace, steps=steps, breakdown=breakdown, nesting=nesting,
         layer_us=layer_us, small_op_us=small, profiler_overhead=overhead,
-        memory=_memory_with_capacity(trace, device_memory, steps.start), oom=oom,
+        memory=_memory_with_capacity(trace, device_memory, steps), oom=oom,
         out_of_memory=out_of_memory,
         device=_device_evidence(trace, steps) if gpu else None,
         machine=_machine(machine),
@@ -410,14 +410,14 @@ def _layer_times(breakdown: StepBreakdown, gpu: bool, small_op_us: float) -> dic
     return out
 
 
-def _memory_with_capacity(trace: Trace, device_memory: int | None, step_starts_us=None):
+def _memory_with_capacity(trace: Trace, device_memory: int | None, steps: StepWindows):
     """Each device's peak with the capacity it is judged against.
 
     ``device_memory`` applies to the accelerators when the trace has any, else to the CPU
     (where it stands in for a GPU's memory); otherwise CUDA devices use deviceProperties.
     """
     by_id = {d.id: d.total_memory for d in trace.meta.devices}
-    peaks = memory_peaks(trace, step_starts_us)
+    peaks = memory_peaks(trace, steps.start)
     has_accelerator = trace.has_device_activity or any(p.device != "cpu" for p in peaks)
     out = []
     for peak in peaks:
