@@ -50,6 +50,8 @@ def memory_peaks(trace: Trace, step_starts_us: np.ndarray | None = None) -> list
     meta = trace.meta.torchtriage
     cpu_baseline = int(meta.get("cpu_baseline_bytes", 0) or 0)
     cpu_live_end = meta.get("cpu_live_end_bytes")
+    if type(cpu_live_end) is not int or cpu_live_end < 0:  # absent, or not a byte count
+        cpu_live_end = None
     if len(mem) == 0:
         return []
     key = mem.device_type.astype(np.int64) * 1_000 + mem.device_id.astype(np.int64)
@@ -64,7 +66,7 @@ def memory_peaks(trace: Trace, step_starts_us: np.ndarray | None = None) -> list
         baseline = cpu_baseline if cpu else 0
         peak = int(alloc.max()) + baseline
         unseen = 0
-        if cpu and isinstance(cpu_live_end, int) and step_starts_us is not None:
+        if cpu and cpu_live_end is not None and step_starts_us is not None:
             ts = mem.ts[sel]
             last = int(alloc[ts.size - 1 - np.argmax(ts[::-1])])  # the last in time order
             unseen = max(0, baseline + last - cpu_live_end)
