@@ -66,6 +66,15 @@ def test_a_real_climb_or_no_census_keeps_the_recorded_peak(tmp_path, live_end):
     assert peak.peak_allocated == 50 * MiB + 32 * MiB + 20 * MiB
 
 
+def test_a_baseline_that_is_not_a_byte_count_is_left_out(tmp_path):
+    """An edited trace's baseline ("abc") was an internal error (exit 3) of `analyze`."""
+    trace = load_trace(write_trace(tmp_path / "t.json", [
+        x("ProfilerStep#3", 0, 10_000, cat="user_annotation"), _memory(10, MiB)],
+        torchtriage={"cpu_baseline_bytes": "abc", "cpu_live_end_bytes": [1]}))
+    (peak,) = memory_peaks(trace, find_steps(trace).start)
+    assert (peak.peak_allocated, peak.baseline, peak.unseen_free_bytes) == (MiB, 0, 0)
+
+
 def test_the_census_leaves_out_fsdp2_gradients_and_counts_them_at_the_end(tmp_path):
     """FSDP2's parameters and gradients are DTensors: the gradients' local shards are left out
     of the baseline (backward allocates them again inside the window) and counted at the end

@@ -48,10 +48,8 @@ def memory_peaks(trace: Trace, step_starts_us: np.ndarray | None = None) -> list
     """
     mem = trace.memory
     meta = trace.meta.torchtriage
-    cpu_baseline = int(meta.get("cpu_baseline_bytes", 0) or 0)
-    cpu_live_end = meta.get("cpu_live_end_bytes")
-    if type(cpu_live_end) is not int or cpu_live_end < 0:  # absent, or not a byte count
-        cpu_live_end = None
+    cpu_baseline = _byte_count(meta.get("cpu_baseline_bytes")) or 0
+    cpu_live_end = _byte_count(meta.get("cpu_live_end_bytes"))
     if len(mem) == 0:
         return []
     key = mem.device_type.astype(np.int64) * 1_000 + mem.device_id.astype(np.int64)
@@ -92,6 +90,12 @@ def memory_peaks(trace: Trace, step_starts_us: np.ndarray | None = None) -> list
 
 
 UNSEEN_FREES_SLACK_BYTES = 1 << 20  # below this, the peak is taken as recorded
+
+
+def _byte_count(value: object) -> int | None:
+    """A capture's byte count from the trace metadata; None when absent or not one (an edited
+    trace: the peak is then taken as for a trace captured elsewhere)."""
+    return value if type(value) is int and value >= 0 else None
 
 
 def _steady_state_peak(ts: np.ndarray, alloc: np.ndarray, step_starts_us: np.ndarray,
