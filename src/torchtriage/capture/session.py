@@ -54,9 +54,11 @@ from typing import Any
 
 import msgspec
 
+from torchtriage.capture.dataset import window_figures
 from torchtriage.capture.live_memory import live_cpu_tensor_bytes
 from torchtriage.capture.oom import out_of_memory_report
 from torchtriage.capture.quiet import StderrFilter
+from torchtriage.capture.trace_file import write_trace
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.result import OutOfMemory
 from torchtriage.errors import CaptureError, TorchtriageError
@@ -366,7 +368,7 @@ class ProfileSession:
         """The Dataset's time per sample over the recorded steps (see capture/dataset.py)."""
         if self.dataset_totals is None or self._dataset_start is None:
             return
-        summary = self.dataset_totals().minus(self._dataset_start).summary()
+        summary = window_figures(self._dataset_start, self.dataset_totals())
         if summary is not None:
             self._meta["dataset"] = summary
             self._add_metadata_to(self._prof, self._meta)
@@ -413,13 +415,11 @@ class ProfileSession:
     def _save(self, prof) -> None:
         """Write the trace. It runs inside the training step that ends the window: a write that
         fails (a full disk, a directory gone) is one warning and no trace, never an error
-        raised into the training loop; a partial file is removed."""
+        raised into the training loop; nothing partial is left (capture/trace_file.py)."""
         path = self.run_dir / f"{self.worker_name}.{time.time_ns()}{TRACE_SUFFIX}"
         try:
-            prof.export_chrome_trace(str(path))
+            write_trace(prof, path)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                path.unlink()
             self.save_error = f"the trace could not be written to {path}: {exc.strerror or exc}"
             log.warning("torchtriage: %s; training goes on", self.save_error)
             return

@@ -1,6 +1,8 @@
 """Which part of the input pipeline is slow, from the Dataset timing ``torchtriage run`` writes
 into the trace's ``torchtriage`` metadata (``dataset``: ``__getitem__`` ms per sample, collate
-ms per batch, samples per batch, where they ran; see ``capture/dataset.py``).
+ms per batch, samples per batch, where they ran, and ``over``: the profiled window's fetches,
+or every fetch up to its end where workers reported none during it; see
+``capture/dataset.py``).
 
 A batch costs ``getitem_ms_per_sample x samples_per_batch`` in ``__getitem__`` plus
 ``collate_ms_per_batch``. The figures are always evidence of the data-loading layer; when
@@ -45,6 +47,8 @@ def dataset_verdict(meta: dict[str, Any] | None, loading_share: float
         return evidence, []
     place = (f"in {processes} DataLoader worker(s)" if where == "workers"
              else "in the training process (num_workers=0)")
+    if meta.get("over") == "run":  # the workers reported no fetch during a short window
+        place += ", over the fetches before the window's end"
     cost = (f"{batch_ms:.1f} ms per batch of {per_batch:g} ({getitem_share:.0%} "
             f"__getitem__, collate {collate:.2f} ms), {place}")
     if fired:
