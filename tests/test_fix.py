@@ -35,13 +35,13 @@ def test_fix_data_starved_searches_workers_keeps_the_best_and_writes_a_patch(tmp
     (work / "examples").mkdir(parents=True)
     shutil.copy(REPO / "examples" / "data_starved.py", work / "examples")
     page = tmp_path / "fix.html"
-    # The budget ends the loop soon after the num_workers search (a profile and 2 A/Bs, ~50 s
-    # on 2 cores), whose result this test checks. With the default 10m it went on to
-    # prefetch_factor, persistent_workers, bf16 and two compile modes (~210 s in all), none of
-    # them asserted on. The search's 2nd value is tried when the time of a profile, the first
-    # A/B (4 trials, 6 when 2 per arm do not decide it), 2 more trials and the final A/B's
-    # 2 in reserve fits: ~45-55 s here, so a slower machine still gets it.
-    proc, result, out = fix(tmp_path, "--budget", "90s", "--trials", "3", "--steps", "6",
+    # --only: the loop ends once the num_workers search (a profile, 2 A/Bs) and its profile
+    # again are done (~63 s on 2 cores), whose result this test checks; the budget is only a
+    # bound. Bounded by a 90 s budget instead, it went on to prefetch_factor and
+    # persistent_workers (91 s, none of them asserted on), and with the default 10m to bf16
+    # and two compile modes too (~210 s).
+    proc, result, out = fix(tmp_path, "--budget", "4m", "--trials", "3", "--steps", "6",
+                            "--only", "dataloader.num_workers",
                             "--html", str(page), "--", "python", "examples/data_starved.py",
                             "--steps", "1000", cwd=work)
     assert proc.returncode == 0, proc.stderr
@@ -51,6 +51,13 @@ def test_fix_data_starved_searches_workers_keeps_the_best_and_writes_a_patch(tmp
     assert [a["value"] for a in first["attempts"]][:2] == [2, 4]  # a search, not one guess
     assert all(a["speedup"] is not None for a in first["attempts"])
     assert result["kept"][0]["knob"] == "dataloader.num_workers"
+    # a search resumed from a later profile only goes on up: fewer workers than the kept
+    # value were measured slower already
+    for later in result["steps"][1:]:
+        assert all(a["value"] > first["kept_value"] for a in later["attempts"]), later
+    assert result["stopped_because"].startswith(
+        "nothing left to try among --only dataloader.num_workers"), result["stopped_because"]
+    assert {s["prescription"] for s in result["steps"]} == {"dataloader.num_workers"}
     assert result["ci_low"] > 1.5, result["summary"]
     assert result["rounds"][0]["primary"] == "data_loading"
     # the patch applies and sets the kept value where the DataLoader's comes from: the
@@ -81,12 +88,14 @@ def test_fix_notices_a_profile_its_own_trials_contradict_and_profiles_again(tmp_
     """The Dataset slows down 50x after 60 steps: long after the profile's window and its
     check, but before the A/B trials' 10 measured steps (after 60 warm-up steps). The first
     A/B's baseline trials then measure a slower job than the profile saw; the round says so
-    and the next profile starts after step 70. The budget leaves room for that profile beside
-    the final A/B's reserve on a loaded machine (50 s did not, in a CI run: 'the budget is
-    spent' before the second round)."""
-    proc, result, out = fix(tmp_path, "--budget", "75s", "--trials", "2", "--warmup", "60",
-                            "--steps", "10", "--", "python", str(SCRIPTS / "late_loader.py"),
-                            "400", "60")
+    and the next profile starts after step 70. --only ends the loop once the worker search
+    and that second profile are done (54 s on 2 cores; bounded by a 75 s budget instead it
+    went on with the loading layer's other knobs until the budget's end); the budget leaves
+    room for the second profile beside the final A/B's reserve on a loaded machine (50 s did
+    not, in a CI run: 'the budget is spent' before the second round)."""
+    proc, result, out = fix(tmp_path, "--budget", "3m", "--trials", "2", "--warmup", "60",
+                            "--steps", "10", "--only", "dataloader.num_workers", "--",
+                            "python", str(SCRIPTS / "late_loader.py"), "400", "60")
     assert proc.returncode == 0, proc.stderr
     first = result["rounds"][0]
     assert first["window_agrees"] is False, first
@@ -267,6 +276,10 @@ def test_an_original_that_runs_out_of_memory_starts_the_ladder(tmp_path):
 @pytest.mark.parametrize(("args", "message"), [
     (["--budget", "soon", "--", "python", TINY], "--budget takes a duration"),
     (["--budget", "-5m", "--", "python", TINY], "--budget must be positive"),
+    (["--only", "dataloader.numworkers", "--", "python", TINY],
+     "'dataloader.numworkers' is not a prescription or knob fix can try (did you mean "
+     "dataloader.num_workers?)"),
+    (["--only", "", "--", "python", TINY], "is not a prescription or knob fix can try"),
     ([], "no command to run"),
     (["--", "python", "-c", "print('no training here')"], "recorded no training step"),
 ])

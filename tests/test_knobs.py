@@ -307,3 +307,40 @@ def test_accumulation_takes_the_next_count_that_divides_the_batch(monkeypatch):
         for p in reference.parameters():
             p -= 0.1 * p.grad
     assert torch.allclose(model.weight, reference.weight, atol=1e-6)
+
+
+def test_fix_only_names_prescriptions_or_knobs_and_reaches_the_ladder():
+    """``fix --only`` takes a prescription a knob serves, a memory rung, or a knob's id (all
+    that knob serves); anything else names nothing. The ladder passes over the rungs it does
+    not allow."""
+    assert registry.tryable("dataloader.num_workers") == ("dataloader.num_workers",)
+    assert registry.tryable("memory.fsdp") == ("memory.fsdp",)
+    assert set(registry.tryable("compile.mode")) == {
+        s.prescription for s in registry.knob("compile.mode").serves}
+    assert "memory.bf16" in registry.tryable("amp.bf16")
+    assert registry.tryable("kernel.custom") == () and registry.tryable("nope") == ()
+    names = registry.tryable_names()
+    assert all(registry.tryable(n) for n in names) and "compile.default" in names
+    assert registry.tryable("optimizer.foreach") == ("optimizer.fused",)  # its fallback
+    for knob in registry.KNOBS:  # a knob can be asked for by its id when fix can try it
+        reaches = knob.serves or knob.rungs or any(
+            s.fallback == knob.id for k in registry.KNOBS for s in k.serves)
+        assert bool(registry.tryable(knob.id)) == bool(reaches), knob.id
+
+    from types import SimpleNamespace
+
+    def diagnosis(primary: str, peak: float):
+        return SimpleNamespace(primary=primary, memory=[SimpleNamespace(peak_fraction=peak)],
+                               breakdown=SimpleNamespace(median_step_ms=10.0))
+
+    tried = []
+
+    def profile(knobs, label, *, seed_offset=0):
+        tried.append(label)
+        return diagnosis("kernel", 0.6), [1.0, 0.9], False, {}
+
+    steps, kept, _ = ladder.climb(profile, {}, 0, diagnosis("memory", 0.95), [1.0, 0.9],
+                                  allows=lambda rung: rung == "memory.activation_checkpointing")
+    assert [s.prescription for s in steps] == ["memory.activation_checkpointing"], steps
+    assert kept == {"memory.activation_checkpointing": True}
+    assert tried == ["memory.activation_checkpointing=True"]

@@ -57,6 +57,24 @@ def layer_list(text: str) -> tuple[str, ...]:
     return names
 
 
+def prescription_list(text: str) -> tuple[str, ...]:
+    """An argparse type: comma-separated prescriptions or knobs that ``fix`` can try
+    (``dataloader.num_workers,compile.mode``), as the prescription ids they name."""
+    import difflib
+
+    from torchtriage.diagnosis.knobs import tryable, tryable_names
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names or [text]:
+        if not tryable(name):
+            close = difflib.get_close_matches(name, tryable_names(), n=1)
+            raise argparse.ArgumentTypeError(
+                f"{name!r} is not a prescription or knob fix can try"
+                + (f" (did you mean {close[0]}?)" if close else
+                   " (`torchtriage knobs` lists the knobs)"))
+    return tuple(dict.fromkeys(p for name in names for p in tryable(name)))
+
+
 def report_path(text: str) -> Path:
     """An argparse type: a report file that can be written, checked before any work (``ab``
     and ``fix`` would otherwise find out after minutes of trials). Not a directory; the
@@ -276,6 +294,10 @@ def build_parser() -> Parser:
                    help="Wall-clock budget, e.g. 90s, 10m, 1h (default 10m).")
     p.add_argument("--layers", type=layer_list, default=None, metavar="LAYER[,LAYER]",
                    help="Try only these layers' fixes, e.g. memory (default: every layer).")
+    p.add_argument("--only", type=prescription_list, default=None, metavar="FIX[,FIX]",
+                   help="Try only these prescriptions, or a knob's (e.g. "
+                        "dataloader.num_workers, compile.mode), where the diagnosis "
+                        "prescribes them (default: every one).")
     trial_counts(p, 4, "Most trials per arm of each A/B (they stop earlier when the answer "
                  "is clear; default 4).", "Steps before measuring (default 3).")
     timeout(p, "Seconds per trial or profile run.")

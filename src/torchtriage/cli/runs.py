@@ -190,7 +190,7 @@ def fix(args: argparse.Namespace) -> int:
     runs = open_store(args.store, required=False)
     with TrialProgress(console(stderr=True), enabled=not args.json_out) as progress:
         settings = FixSettings(budget_s=seconds, device_memory=device_memory,
-                               layers=args.layers,
+                               layers=args.layers, only=args.only,
                                trial=TrialSettings(trials=args.trials, warmup=args.warmup,
                                                    steps=args.steps, timeout=args.timeout,
                                                    min_effect=args.min_effect,

@@ -321,6 +321,29 @@ def rungs() -> dict[str, tuple[Knob, Rung]]:
     return {r.prescription: (k, r) for k in KNOBS for r in k.rungs}
 
 
+def tryable(name: str) -> tuple[str, ...]:
+    """The prescriptions ``fix`` can try that ``name`` names (``fix --only``): the name itself
+    when a knob serves it or injects it as a memory rung, and every prescription and rung of
+    the knob of that id (``compile.mode`` -> compile.default, compile.max_autotune, ...;
+    ``amp.bf16`` -> amp.bf16, memory.bf16), or that it is the fallback of
+    (``optimizer.foreach`` -> optimizer.fused); empty when it names none (a knob that only
+    ``ab`` and ``run --knob`` set, such as ``cudnn.benchmark``)."""
+    own = [name] if served(name) is not None or name in rungs() else []
+    found = knob(name)
+    if found is not None:
+        own += [s.prescription for s in found.serves] + [r.prescription for r in found.rungs]
+        own += [s.prescription for k in KNOBS for s in k.serves if s.fallback == name]
+    return tuple(dict.fromkeys(own))
+
+
+def tryable_names() -> tuple[str, ...]:
+    """Every name :func:`tryable` knows: the prescriptions a knob serves or injects, and the
+    ids of the knobs that serve or inject one."""
+    return tuple(n for n in dict.fromkeys([s.prescription for k in KNOBS for s in k.serves]
+                                          + list(rungs()) + [k.id for k in KNOBS])
+                 if tryable(n))
+
+
 def search_values(serves: Serves, *, cores: int, nccl: bool,
                   workers_hint: int | None = None) -> tuple[Any, ...]:
     """The values to try for a prescription, in order (rules computed from the machine).

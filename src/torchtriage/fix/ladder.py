@@ -18,6 +18,7 @@ profiled run fetched no DataLoader batch at all, such a rung is not even profile
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from torchtriage.diagnosis import knobs as registry
@@ -54,7 +55,8 @@ def peak_fraction(diagnosis) -> float | None:
 
 
 def climb(profile: Profile, kept: dict[str, Any], round_no: int, before,
-          before_losses: list[float], *, loader_seen: bool = True
+          before_losses: list[float], *, loader_seen: bool = True,
+          allows: Callable[[str], bool] = lambda rung: True
           ) -> tuple[list[FixStep], dict[str, Any] | None, Any]:
     """Try the rungs in order; return the steps, the kept rung's knobs (or None) and the
     diagnosis of the configuration with it.
@@ -67,10 +69,13 @@ def climb(profile: Profile, kept: dict[str, Any], round_no: int, before,
         before: the diagnosis of the current configuration (memory-bound).
         loader_seen: whether the profiled run fetched a DataLoader batch (a rung whose knob
             patches DataLoaders is not applicable without one).
+        allows: whether a rung may be tried (``fix --only``); the others are passed over.
     """
     steps = []
     peak_before = peak_fraction(before)
     for rung, settings in rungs():
+        if not allows(rung):
+            continue
         if settings is None:
             steps.append(FixStep(round=round_no, layer="memory", prescription=rung, knob=None,
                                  result="not_injectable",

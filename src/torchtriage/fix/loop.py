@@ -10,6 +10,7 @@ verify each with an A/B, keep what is proven, re-profile, move on.
    baseline, so a value search costs few trials. Failed, timed-out and OOM trials are recorded
    as such; the candidate is dropped, the run goes on. A search that keeps nothing may name a
    fallback (``optimizer.fused`` -> ``foreach``, where the optimizer is not foreach already).
+   A worker search resumed in a later round only tries values above the kept one.
 3. A fix is kept only when it is significantly faster and passes loss parity. After a kept
    fix the configuration is profiled again and the loop continues with whatever layer is now
    the bottleneck; a prescription measured `no_change` before may be tried once more under the
@@ -22,7 +23,8 @@ verify each with an A/B, keep what is proven, re-profile, move on.
    running job does not (a DataLoader queue still full, a warm phase): the round is marked
    ``window_agrees: false`` and, once per fix run, the configuration is profiled again after
    the steps the trials measured, and governing goes on from that diagnosis.
-4. It stops when no layer (of ``FixSettings.layers``) has anything injectable left, nothing
+4. It stops when no layer (of ``FixSettings.layers``) has anything injectable left (of
+   ``FixSettings.only``'s prescriptions, when given), nothing
    was proven, or the budget is spent; then an A/B of the final configuration against the
    original gives the speedup, and ``fix.json``, ``fix.md`` and ``fix.patch`` are written.
    The budget covers the final A/B too (:mod:`torchtriage.fix.budget`).
@@ -76,6 +78,11 @@ class FixSettings:
     trial: TrialSettings = field(default_factory=lambda: TrialSettings(trials=4))
     device_memory: int | None = None  # capacity for the memory rule on CPU, as for ``run``
     layers: tuple[Layer, ...] | None = None  # only these layers' fixes (--layers); None: all
+    # only these prescriptions (--only, memory rungs included); None: every one
+    only: tuple[str, ...] | None = None
+
+    def allows(self, prescription: str) -> bool:
+        return self.only is None or prescription in self.only
 
 
 def run_fix(
@@ -231,10 +238,12 @@ class _Loop:
         original_losses = losses
         stopped = ""
         while not stopped:
-            if diagnosis.primary == "memory" and "memory" in (self.settings.layers or LAYERS):
+            if (diagnosis.primary == "memory" and "memory" in (self.settings.layers or LAYERS)
+                    and any(self.settings.allows(rung) for rung, _ in ladder.rungs())):
                 steps, rung, after = ladder.climb(self.profile, self.kept, len(self.rounds) - 1,
                                                   diagnosis, original_losses,
-                                                  loader_seen=self.loader_batches != 0)
+                                                  loader_seen=self.loader_batches != 0,
+                                                  allows=self.settings.allows)
                 self.fix_steps.extend(steps)
                 if rung is None:
                     stopped = "no memory rung that can be injected fits"
@@ -270,8 +279,8 @@ class _Loop:
                 ",".join(self.settings.layers or ())
         tried_layers = []  # layers with an A/B run
         for layer in layers:
-            todo = [p for p in diagnosis.prescriptions
-                    if p.layer == layer and self._eligible(p.id)]
+            todo = [p for p in diagnosis.prescriptions if p.layer == layer
+                    and self.settings.allows(p.id) and self._eligible(p.id)]
             for prescription in todo:
                 outcome = self._try(prescription, layer, diagnosis)
                 if outcome in ("dropped", "failed") and layer not in tried_layers:
@@ -283,7 +292,9 @@ class _Loop:
                 if outcome == "kept" or self.reprofile:
                     return ""
         if not tried_layers:
-            return f"nothing left to try for the {' or '.join(layers)} layer"
+            among = (f" among --only {','.join(self.settings.only)}"
+                     if self.settings.only is not None else "")
+            return f"nothing left to try{among} for the {' or '.join(layers)} layer"
         return f"no {' or '.join(tried_layers)} fix was proven faster"
 
     def _eligible(self, prescription: str) -> bool:
@@ -329,7 +340,12 @@ class _Loop:
                                           prescription=search.prescription, knob=search.knob,
                                           result="skipped", why=search.why_not))
             return "skipped", None
-        values = [v for v in search.values if self.kept.get(search.knob) != v]
+        kept = self.kept.get(search.knob)
+        values = [v for v in search.values if kept != v]
+        if _searches_workers(search.prescription) and isinstance(kept, int):
+            # a resumed worker search goes on up: fewer workers than the kept value was
+            # measured slower already (it cost an A/B per fix run that said just that)
+            values = [v for v in values if isinstance(v, int) and v > kept]
         if not values:  # already kept (the memory ladder's bf16 rung, say)
             return "skipped", None
         step = FixStep(round=round_no, layer=layer, prescription=search.prescription,
