@@ -48,10 +48,18 @@ def pytest_configure(config):
     them compiled the package's sources again (0.5-0.6 s of a process's start, measured on
     2026-12-03); they are compiled once here (compileall writes regardless of that setting,
     and skips what is up to date). And every process they start skips the interpreter's final
-    garbage collection (``tests/site/usercustomize.py``, on ``PYTHONPATH`` from here)."""
+    garbage collection (``tests/site/usercustomize.py``, on ``PYTHONPATH`` from here).
+
+    Idle OpenMP threads sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``, unless set):
+    the two workers' tests run several torch processes at once on 2 cores, each with 2
+    intra-op threads, and torch's OpenMP threads spin between parallel regions, so that each
+    process ran on the cores the others' spinning left. Three copies of a test script at once
+    took 48.9 s with spinning and 21.4 s without (one alone: 10.6 s and 10.8 s; 2026-12-03),
+    and a memory-ladder rung that takes 10 s alone took 56 s in the suite."""
     import compileall
 
     compileall.compile_dir(REPO / "src", quiet=2)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     site_dir = str(REPO / "tests" / "site")
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if site_dir not in paths:

@@ -18,3 +18,9 @@ def test_processes_the_suite_starts_skip_the_final_garbage_collection():
     if out[0] != "True":
         pytest.skip("this interpreter reads no user site (a venv): the suite runs without it")
     assert out[1].endswith("tests/site/usercustomize.py"), out
+
+
+def test_processes_the_suite_starts_let_idle_openmp_threads_sleep():
+    out = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get("
+                          "'OMP_WAIT_POLICY'))"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().upper() == "PASSIVE"

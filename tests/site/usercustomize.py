@@ -12,6 +12,10 @@ collection of reference cycles left at exit, whose finalizers Python does not pr
 nothing torchtriage records waits for it (its records are written by its ``atexit`` and
 signal handlers).
 
+Nothing is frozen earlier (after ``import torch``, say, which saved ~0.3 s of a process): the
+CPU memory census reads the objects the collector tracks, and a test process would then take
+the path of a script that froze its model (``capture/live_memory.py``), not the usual one.
+
 Only at exit: raising the collector's thresholds for the whole process was tried (the
 collections torch's import triggers cost ~0.6 s of CPU more) and changed what a test measures.
 Tensors held in reference cycles (FSDP2's) then lived longer, and the 4-rank FSDP ladder's
@@ -20,5 +24,41 @@ sharded rung peaked at 108 % of its stand-in device instead of 53-69 %.
 
 import atexit
 import gc
+import sys
 
 atexit.register(gc.freeze)
+
+
+def _log_this_process(path: str) -> None:
+    """One JSON line per process at exit, appended to ``path``: its command line, CPU and wall
+    seconds, whether it imported torch, and the test that started it (pytest's
+    ``PYTEST_CURRENT_TEST``, inherited). Where the suite's CPU goes: see docs/development.md."""
+    import json
+    import os
+    import resource
+    import time
+
+    started = time.time()
+
+    def log() -> None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        line = json.dumps({"argv": sys.argv[:4], "cpu_s": usage.ru_utime + usage.ru_stime,
+                           "wall_s": time.time() - started, "torch": "torch" in sys.modules,
+                           "test": os.environ.get("PYTEST_CURRENT_TEST", "")}) + "\n"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+    atexit.register(log)
+
+
+def _process_log_path() -> str | None:
+    import os
+
+    return os.environ.get("TORCHTRIAGE_TEST_PROCESS_LOG") or None
+
+
+if _process_log_path():
+    _log_this_process(_process_log_path())
