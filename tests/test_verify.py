@@ -455,9 +455,12 @@ def test_sigkill_mid_run_leaves_every_completed_trial_in_the_store(tmp_path, run
     try:
         while time.monotonic() < deadline:
             if run_store.exists():
-                with sqlite3.connect(run_store) as db:
-                    if db.execute("SELECT COUNT(*) FROM trials").fetchone()[0] >= 2:
-                        break
+                try:  # the file exists a moment before its tables do
+                    with sqlite3.connect(run_store) as db:
+                        if db.execute("SELECT COUNT(*) FROM trials").fetchone()[0] >= 2:
+                            break
+                except sqlite3.OperationalError:
+                    pass
             time.sleep(0.2)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
