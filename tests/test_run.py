@@ -106,6 +106,26 @@ def test_hogwild_workers_without_a_launcher_each_keep_their_record(tmp_path):
     assert all(d["window"] for d in doc["diagnoses"]), [d["window"] for d in doc["diagnoses"]]
 
 
+def test_a_job_diagnosis_without_a_ranks_window_check_is_not_taken_as_final():
+    """Rank 0 writes the job's diagnosis when it ends; a rank that writes its record after
+    rank 0 read the records (or within the file system's clock tick) brought a window check
+    the diagnosis lacks, and the newer-file rule took it as final (1 hogwild job in a CI
+    run). It is diagnosed again instead."""
+    from types import SimpleNamespace as NS
+
+    from torchtriage.capture.runner import _has_every_window
+
+    def doc(*windows):
+        return NS(rank_diagnoses=[NS(trace=NS(rank=r), window=w) for r, w in enumerate(windows)])
+
+    records = [NS(rank=0, windows=[1]), NS(rank=1, windows=[1])]
+    assert _has_every_window(doc("w", "w"), records)
+    assert not _has_every_window(doc("w", None), records)
+    assert _has_every_window(doc("w", None), [records[0], NS(rank=1, windows=[])])
+    assert not _has_every_window(NS(rank_diagnoses=[NS(trace=NS(rank=None), window=None)]),
+                                 records[:1])
+
+
 def test_torchrun_two_ranks_two_traces_one_diagnosis(tmp_path):
     proc, out = run(tmp_path, "--", "torchrun", "--nproc_per_node=2",
                     str(SCRIPTS / "ddp_gloo.py"))

@@ -259,11 +259,22 @@ def write_diagnosis(result: RunResult, device_memory: int | None, top: int = 10)
     if target.exists() and target.stat().st_mtime >= newest:
         doc = read_document(target.read_bytes(), str(target))
         if isinstance(doc, (Diagnosis, JobDiagnosis)) and \
-                len(doc.rank_diagnoses) == len(result.traces):
+                len(doc.rank_diagnoses) == len(result.traces) and \
+                _has_every_window(doc, result.records):
             result.diagnosis = doc
             return
     result.diagnosis = diagnose_run_dir(result.out, result.traces, result.records,
                                         device_memory, top)
+
+
+def _has_every_window(doc: Diagnosis | JobDiagnosis, records: list[RunRecord]) -> bool:
+    """Whether ``doc`` has the window check of every rank whose record has one. Modification
+    times cannot tell: rank 0 may read the records, another rank write its own, and rank 0
+    write the diagnosis after it (a hogwild worker's window check was missing from 1 job in
+    a CI run), or all within the file system's clock tick."""
+    checked = {r.rank for r in records if r.windows}
+    return all(d.window is not None for d in doc.rank_diagnoses
+               if d.trace.rank in checked or (d.trace.rank is None and 0 in checked))
 
 
 def diagnose_run_dir(out: Path, traces: list[Path], records: list[RunRecord],
