@@ -126,6 +126,30 @@ def test_a_job_diagnosis_without_a_ranks_window_check_is_not_taken_as_final():
                                  records[:1])
 
 
+def test_a_diagnosis_json_that_does_not_read_is_diagnosed_again_from_the_traces(tmp_path):
+    """Two processes wrote one diagnosis.json at once with plain writes and left one's tail
+    after the other's end ("trailing characters"): `run` failed with exit 2 although its
+    traces were whole. Documents are written through a temporary file per process now, and a
+    diagnosis.json that does not read is replaced by the traces' diagnosis."""
+    import os
+
+    from torchtriage.capture.runner import RunResult, rank_files, write_diagnosis
+
+    proc, out = run(tmp_path, "--", "python", TINY)
+    assert proc.returncode == 0, proc.stderr
+    target = out / "diagnosis.json"
+    whole = json.loads(target.read_text())
+    target.write_text(target.read_text() + '  "primary": "kernel"}\n')  # the interleaving
+    later = max(p.stat().st_mtime for p in out.iterdir()) + 5
+    os.utime(target, (later, later))
+    traces, records = rank_files(out)
+    result = RunResult(out=out, returncode=0, timed_out=False, traces=traces, records=records)
+    write_diagnosis(result, None)
+    assert result.diagnosis is not None and result.diagnosis.primary == whole["primary"]
+    assert json.loads(target.read_text())["primary"] == whole["primary"]
+    assert not list(out.glob(".*.part"))
+
+
 def test_torchrun_two_ranks_two_traces_one_diagnosis(tmp_path):
     proc, out = run(tmp_path, "--", "torchrun", "--nproc_per_node=2",
                     str(SCRIPTS / "ddp_gloo.py"))

@@ -49,7 +49,7 @@ def share_over_store(out: Path, rank: int, world_size: int, trace: Path | None,
         ranks = [decode_diagnosis(store.get(k)) for k in keys]
         job = diagnose_job(ranks)
         job.gathered_via = "torchrun store"
-        (out / "diagnosis.json").write_text(job.to_json() + "\n")
+        job.write(out / "diagnosis.json")
         return True
     except Exception as exc:  # a rank that never arrives, a store that went away
         log.warning("torchtriage: gathering rank diagnoses over the store failed (%s); "

@@ -250,14 +250,18 @@ def write_diagnosis(result: RunResult, device_memory: int | None, top: int = 10)
         if report is not None:
             result.diagnosis = diagnose_out_of_memory(report, device_memory=device_memory,
                                                       machine=result.records[0].machine)
-            target.write_text(result.diagnosis.to_json() + "\n")
+            result.diagnosis.write(target)
         return
     # rank 0's diagnosis holds for these traces and every run record (a rank that finished
     # after it, such as a hogwild worker with its own claimed rank, brings its window check)
     written = [*result.traces, *result.out.glob("run.rank*.json")]
     newest = max((p.stat().st_mtime for p in written if p.exists()), default=0.0)
     if target.exists() and target.stat().st_mtime >= newest:
-        doc = read_document(target.read_bytes(), str(target))
+        try:
+            doc = read_document(target.read_bytes(), str(target))
+        except (TorchtriageError, OSError) as exc:  # the traces decide: diagnosed again
+            log.warning("torchtriage: %s; diagnosing the traces again", exc)
+            doc = None
         if isinstance(doc, (Diagnosis, JobDiagnosis)) and \
                 len(doc.rank_diagnoses) == len(result.traces) and \
                 _has_every_window(doc, result.records):
@@ -282,7 +286,7 @@ def diagnose_run_dir(out: Path, traces: list[Path], records: list[RunRecord],
     """Diagnose rank traces (with each rank's machine samples) into ``out/diagnosis.json``:
     one diagnosis, or the job diagnosis (``torchtriage.job/1``) over several ranks."""
     doc = diagnose_traces(traces, run_dir_options(records, device_memory, top))
-    (out / "diagnosis.json").write_text(doc.to_json() + "\n")
+    doc.write(out / "diagnosis.json")
     return doc
 
 

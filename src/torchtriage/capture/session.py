@@ -432,7 +432,7 @@ class ProfileSession:
 
             self._diagnosis = diagnose_out_of_memory(self.out_of_memory,
                                                      device_memory=self.device_memory)
-            (self.run_dir / "diagnosis.json").write_text(self._diagnosis.to_json())
+            self._diagnosis.write(self.run_dir / "diagnosis.json")
             self._write_run_record(oom)
             return
         if self._steps_run <= self.wait and not oom:
@@ -460,7 +460,7 @@ class ProfileSession:
                                            top=self.top, out_of_memory=self.out_of_memory,
                                            machine=cpu_facts())
                 self._diagnosis.capture = self._capture_info(oom)
-                (self.run_dir / "diagnosis.json").write_text(self._diagnosis.to_json())
+                self._diagnosis.write(self.run_dir / "diagnosis.json")
             except Exception as exc:  # the trace is kept whatever the analysis does
                 self.error = f"analysis failed ({type(exc).__name__}: {exc}); trace kept at " \
                              f"{self.trace_path}"

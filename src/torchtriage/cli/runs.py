@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         doc = diagnose_traces(traces, DiagnoseOptions(
             device_memory=device_memory, top=args.top, windows={0: marker.checks},
             machine={0: marker.machine} if marker.machine else None, workers=1))
-        (run_dir / "diagnosis.json").write_text(doc.to_json() + "\n")
+        doc.write(run_dir / "diagnosis.json")
         early.append(doc)
         out.print(renderable(doc))
         out.print(f"[dim]torchtriage: the profiling window is diagnosed "

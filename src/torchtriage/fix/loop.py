@@ -136,7 +136,7 @@ def run_fix(
         result.instructions = patch.instructions
         result.store_id = store_id
         result.summary = _summary(result)
-        (out / "fix.json").write_text(result.to_json() + "\n")
+        result.write(out / "fix.json")
         (out / "fix.md").write_text(fix_markdown(result, patch.diff))
         if store:
             store.finish_run(store_id, "interrupted" if stopped_by else "done",

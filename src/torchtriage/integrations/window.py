@@ -348,7 +348,7 @@ class TrainerWindow:
             return WindowResult(message, self.out)
         doc, details = diagnose_traces_with_detail(
             traces, run_dir_options(records, self.device_memory, self.top))
-        (self.out / "diagnosis.json").write_text(doc.to_json() + "\n")
+        doc.write(self.out / "diagnosis.json")
         report = None
         if self.report:
             from torchtriage.report.html import diagnosis_page, write_page

@@ -169,7 +169,7 @@ def run_ab(
         result.summary += f" (earlier trials set aside: {set_aside})"
     result.baseline_knobs = base
     result.store_id = store_id
-    (out / "ab.json").write_text(result.to_json() + "\n")
+    result.write(out / "ab.json")
     if store:
         store.finish_run(store_id, "failed" if result.verdict == "failed" else "done",
                          result.headline(), msgspec.to_builtins(result))
