@@ -30,6 +30,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from torchtriage.document import write_whole
+
 WRITE_EVERY_S = 0.05  # a worker rewrites its totals file at most this often (0.2 s missed
 # every write in one of four 50 ms windows of a loader-bound test script, 2026-12-03)
 FIRST_WRITES = 3  # ... and after each of its first fetches
@@ -128,10 +130,8 @@ class DatasetTimer:
         folder = self.out / "dataset"
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"rank{self.rank}.{os.getpid()}.json"
-            part = path.with_suffix(".part")
-            part.write_bytes(msgspec.json.encode(self.mine))
-            os.replace(part, path)
+            write_whole(folder / f"rank{self.rank}.{os.getpid()}.json",
+                        msgspec.json.encode(self.mine))
         except OSError:  # a full or read-only disk costs the figure, never the training
             pass
 

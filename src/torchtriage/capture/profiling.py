@@ -58,6 +58,7 @@ from torchtriage.capture.agreement import (
 from torchtriage.capture.steps import StepClock
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.result import MachineInfo, WindowCheck
+from torchtriage.document import write_whole
 from torchtriage.results.run import WINDOW_MARKER, Schedule, WindowMarker, decode_record
 
 log = logging.getLogger(__name__)
@@ -294,9 +295,9 @@ class ProfilingWindow:
             # the sampler read them at the first step: not again on a training step
             static = self.sampler.static if self.sampler is not None else None
             facts = msgspec.convert(cpu_facts(static), MachineInfo)
-            path = self.out / WINDOW_MARKER.format(rank=self.rank)
-            path.write_bytes(msgspec.json.encode(WindowMarker(checks=self.checks,
-                                                              machine=facts)))
+            # whole or not at all: the parent polls for it and reads it as soon as it exists
+            write_whole(self.out / WINDOW_MARKER.format(rank=self.rank),
+                        msgspec.json.encode(WindowMarker(checks=self.checks, machine=facts)))
         self._stop_at = stop_at if self.stop_after_window else None
         return self._stop_due(steps)
 
