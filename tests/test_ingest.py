@@ -369,3 +369,39 @@ def test_a_corrupt_byte_in_a_large_gzip_trace_is_named_at_once(tmp_path, workers
     with pytest.raises(TraceError) as err:
         load_trace(path, workers=workers)
     assert f"not valid JSON at byte {at:,} of the uncompressed trace (" in str(err.value)
+
+
+def test_the_strict_path_builds_the_lenient_paths_columns_for_the_rare_events():
+    """The strict path's columns come from passes over whole lists (and skip the rare fields
+    when no event has them); the lenient path goes event by event. On a chunk of the rare
+    cases (a complete event named [memory] among [memory] instants, one without a ts, one
+    without a dur, the older exporters' "external id", shapes, a collective, an "I" instant)
+    both give the same columns."""
+    import msgspec
+
+    from torchtriage.trace import columns
+
+    def memory(ph, ts, allocated):
+        return {"ph": ph, "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
+                "args": {"Total Allocated": allocated, "Bytes": 8, "Device Type": 1}}
+
+    events = [
+        x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        memory("i", 5, 100),
+        {**x("aten::mm", 10, 50), "args": {"external id": 7, "Input Dims": [[2, 3], [3, 4]],
+                                           "Input type": ["float", "float"]}},
+        memory("X", 12, 200),  # (a complete event named so is a memory row, not an event)
+        {"ph": "X", "name": "no ts", "pid": 1, "tid": 1, "dur": 3, "cat": "cpu_op"},
+        {"ph": "X", "name": "no dur", "pid": 1, "tid": 2, "ts": 20, "cat": "kernel"},
+        memory("I", 25, 300),
+        x("ncclKernel_AllReduce", 30, 5, cat="kernel", Collective_name="allreduce",
+          In_msg_nelems=8, dtype="Float"),
+        {"ph": "f", "id": 1, "pid": 1, "tid": 2, "ts": 60, "cat": "ac2g", "bp": "e"},
+    ]
+    text = msgspec.json.encode(events)
+    strict = columns._strict_columns(columns._STRICT_EVENTS.decode(text))
+    lenient = columns._lenient_columns(columns._lenient_events(text))
+    assert msgspec.msgpack.encode(strict) == msgspec.msgpack.encode(lenient)
+    assert strict.rows == 4 and strict.no_ts == 1 and strict.collectives
+    rows = np.frombuffer(strict.memory, np.float64).reshape(-1, 6)
+    assert rows[:, 1].tolist() == [100, 200, 300]  # in file order

@@ -16,6 +16,8 @@ lenient one for exporters that write ids as floats or strings.
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import attrgetter
 from typing import Any, Union
 
 import msgspec
@@ -116,7 +118,8 @@ _StrictComplete = _phase_struct("_StrictComplete", "X", True)
 _StrictInstant = _phase_struct("_StrictInstant", "i", True)
 _SKIPPED_PHASES = frozenset(("B", "E", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M",
                              "C", "R", "c"))  # phases whose fields no table uses
-_STRICT_PHASES = (_StrictComplete, _StrictInstant, _phase_struct("_StrictInstantI", "I", True),
+_StrictInstantI = _phase_struct("_StrictInstantI", "I", True)
+_STRICT_PHASES = (_StrictComplete, _StrictInstant, _StrictInstantI,
                   *(_phase_struct(f"_StrictPhase{tag}", tag, False)
                     for tag in sorted(_SKIPPED_PHASES)))
 _STRICT_EVENTS = msgspec.json.Decoder(list[Union[_STRICT_PHASES]], strict=False)  # noqa: UP007
@@ -126,6 +129,10 @@ _NAMED = frozenset(_STRICT_PHASES[:3])  # the phases whose events have a name (a
 _INT_COLUMNS = ("external_id", "correlation", "stream", "device", "nbytes", "shape_offset",
                 "name_id")
 _OTHER = int(EventKind.OTHER)
+_KIND_CODE = {cat: int(kind) for cat, kind in CATEGORY_KIND.items()}  # (plain ints: faster)
+_NAME, _TS, _DUR, _CAT, _PID, _TID, _ARGS = map(attrgetter, ("name", "ts", "dur", "cat", "pid",
+                                                             "tid", "args"))
+_DIMS, _COLLECTIVE = attrgetter("input_dims"), attrgetter("collective")
 
 
 class ChunkColumns(msgspec.Struct, array_like=True, gc=False):
@@ -249,54 +256,77 @@ def _collective(name: str, a: Any, label) -> tuple[int, int, int, int]:
 
 def _strict_columns(raw_events: list[Any]) -> ChunkColumns:
     """Columns of events decoded by the strict decoder: a pass per column or two, in C where
-    it can be (``map``, ``numpy.fromiter``), and none per event for the rare fields."""
-    xs = [e for e in raw_events if type(e) is _StrictComplete and e.name != "[memory]"]
-    starts = [e.ts for e in xs]
+    it can be (``map`` with ``attrgetter``, ``numpy.fromiter``, ``list.count``), one Python
+    pass to sort the events by phase, and none per event for the rare fields."""
+    complete: list[Any] = []
+    instants: list[Any] = []  # the phases with a name but no duration: [memory] events
+    to_complete, to_instants = complete.append, instants.append
+    for e in raw_events:
+        phase = type(e)
+        if phase is _StrictComplete:
+            to_complete(e)
+        elif phase is _StrictInstant or phase is _StrictInstantI:
+            to_instants(e)
+    all_names = list(map(_NAME, complete))
+    if "[memory]" in all_names:  # (complete events named so are memory rows, not events)
+        instants = [e for e in raw_events if type(e) in _NAMED and e.name == "[memory]"]
+        complete = [e for e in complete if e.name != "[memory]"]
+        all_names = list(map(_NAME, complete))
+    xs, event_names = complete, all_names
+    starts = list(map(_TS, xs))
     no_ts = starts.count(None)  # a C scan; the filter below runs only when there are some
     if no_ts:
-        xs = [e for e in xs if e.ts is not None]
-        starts = [e.ts for e in xs]
+        kept = [i for i, t in enumerate(starts) if t is not None]
+        xs = [xs[i] for i in kept]
+        event_names = [event_names[i] for i in kept]
+        starts = [starts[i] for i in kept]
     n = len(xs)
-    args = [e.args for e in xs]
+    args = list(map(_ARGS, xs))
 
-    def column(values: list[int]) -> np.ndarray:
-        return np.fromiter(values, np.int64, n)
+    def column(field: str) -> np.ndarray:
+        return np.fromiter(map(attrgetter(field), args), np.int64, n)
 
-    external = column([a.external_id for a in args])
-    external = np.where(external != -1, external, column([a.external_id_legacy for a in args]))
-    names, name_id = _ids([e.name for e in xs])
-    threads, thread_id = _pair_ids([e.pid for e in xs], [e.tid for e in xs])
+    external = column("external_id")
+    if n and int(external.min()) == -1:  # the older exporters' key, where the newer is absent
+        external = np.where(external != -1, external, column("external_id_legacy"))
+    names, name_id = _ids(event_names)
+    threads, thread_id = _pair_ids(list(map(_PID, xs)), list(map(_TID, xs)))
     shape_off = np.full(n, -1, dtype=np.int64)
     shape_len = np.zeros(n, dtype=np.int32)
     blob = bytearray()
-    for i in [i for i, a in enumerate(args) if a.input_dims]:
-        a = args[i]
-        dims = a.input_dims
-        shape_off[i] = len(blob)
-        shape_len[i] = len(dims)
-        blob += dims
-        blob += a.input_type  # right after the dims, up to the next row's (EventTable)
+    dims = list(map(_DIMS, args))
+    if dims.count(_NO_RAW) != n:  # (an identity scan: absent dims share one default)
+        for i in [i for i, d in enumerate(dims) if d]:
+            a = args[i]
+            shape_off[i] = len(blob)
+            shape_len[i] = len(a.input_dims)
+            blob += a.input_dims
+            blob += a.input_type  # right after the dims, up to the next row's (EventTable)
     gloo = [i for i, name in enumerate(names) if name.startswith("gloo:")]
-    rows = sorted({i for i, a in enumerate(args) if a.collective is not None}
+    named = list(map(_COLLECTIVE, args))
+    rows = sorted(({i for i, c in enumerate(named) if c is not None}
+                   if named.count(None) != n else set())
                   | set(np.flatnonzero(np.isin(name_id, gloo)).tolist() if gloo else ()))
     ids = _Interner()
     collectives = [(i, *_collective(xs[i].name, args[i], ids.label)) for i in rows]
     mem_rows = [(e.ts, a.total_allocated, a.total_reserved, a.mem_bytes, a.device_type,
-                 a.device_id) for e in raw_events if type(e) in _NAMED and e.name == "[memory]"
+                 a.device_id) for e in instants if e.name == "[memory]"
                 for a in (e.args,) if e.ts is not None and a.total_allocated is not None]
-    dur = np.fromiter([e.dur or 0.0 for e in xs], np.float64, n)
+    durations = list(map(_DUR, xs))
+    if None in durations:  # (numpy would make an absent dur NaN, not 0)
+        durations = [d or 0.0 for d in durations]
+    dur = np.fromiter(durations, np.float64, n)
     negative = int(np.count_nonzero(dur < 0))
     return ChunkColumns(
         rows=n,
-        kind=np.fromiter(map(CATEGORY_KIND.get, [e.cat for e in xs], [_OTHER] * n), np.int8,
+        kind=np.fromiter(map(_KIND_CODE.get, map(_CAT, xs), repeat(_OTHER)), np.int8,
                          n).tobytes(),
         thread_id=thread_id.tobytes(),
         ts=np.fromiter(starts, np.float64, n).tobytes(),
         dur=(np.maximum(dur, 0.0) if negative else dur).tobytes(),
-        ints=np.column_stack([external, column([a.correlation for a in args]),
-                              column([a.stream for a in args]),
-                              column([a.device for a in args]), column([a.bytes for a in args]),
-                              shape_off, name_id]).tobytes(),
+        ints=np.column_stack([external, column("correlation"), column("stream"),
+                              column("device"), column("bytes"), shape_off, name_id]
+                             ).tobytes(),
         shape_length=shape_len.tobytes(), names=names, threads=threads,
         labels=list(ids.labels), blob=bytes(blob), collectives=collectives,
         memory=np.asarray(mem_rows, dtype=np.float64).tobytes() if mem_rows else b"",
