@@ -292,7 +292,7 @@ def test_a_slow_dataset_is_named_with_its_time_per_sample(tmp_path, workers):
     assert 2.0 <= per_sample < 20.0, per_sample  # at least the busy wait; a loaded machine adds
     finding = next(f for f in doc["findings"] if f["id"] == "data_loading.dataset")
     assert finding["message"].startswith(f"Dataset.__getitem__ {per_sample:.2f} ms/sample")
-    where = "in 2 DataLoader worker(s)" if workers else "in the training process"
+    where = "in the DataLoader's 2 workers" if workers else "in the training process"
     assert where in finding["message"]
 
 
@@ -328,3 +328,59 @@ def test_dataset_figures_name_the_larger_part():
     assert next(e for e in evidence_ if e.metric == "dataset_getitem_share").fired is False
     assert dataset_verdict(meta, loading_share=0.01)[1] == []  # loading is not significant
     assert dataset_verdict(None, 0.5) == ([], []) and dataset_verdict({"x": 1}, 0.5) == ([], [])
+
+
+def test_the_window_names_the_workers_that_fetched_in_it_not_every_epochs():
+    """A DataLoader without persistent workers starts new ones each epoch: timm's resnet50 on
+    an H200, 4 workers and a window in the second epoch, was said to load "in 8 DataLoader
+    worker(s)". The window counts the workers whose totals grew in it and names their
+    DataLoader's num_workers."""
+    from torchtriage.capture.dataset import DatasetTotals, window_figures
+
+    def totals(fetches: dict[str, int]) -> DatasetTotals:
+        n = sum(fetches.values())
+        return DatasetTotals(fetches=n, samples=8 * n, getitem_s=0.01 * n, collate_s=0.001 * n,
+                             processes=len(fetches), workers=True, num_workers=4,
+                             by_process={name: (k, 4) for name, k in fetches.items()})
+
+    epoch0 = {f"rank0.{pid}.json": 10 for pid in (1, 2, 3, 4)}
+    start = totals({**epoch0, **{f"rank0.{pid}.json": 2 for pid in (5, 6, 7, 8)}})
+    end = totals({**epoch0, **{f"rank0.{pid}.json": 4 for pid in (5, 6, 7, 8)}})
+    window = window_figures(start, end)
+    assert (window["processes"], window["num_workers"], window["fetches"]) == (4, 4, 8)
+    assert window_figures(end, end)["processes"] == 8  # the run's: every worker that fetched
+
+
+def test_more_workers_names_how_many_the_loader_has_and_the_cores(tmp_path):
+    """A loader whose 4 workers do not keep up, on a machine where the job may use 16 cores:
+    the recipe says 8 (twice as many, at most one per core) and that it has 4 now, instead of
+    the catalog's generic `num_workers=4`."""
+    from conftest import profiler_steps, write_trace, x
+
+    from torchtriage.diagnosis.diagnose import diagnose
+    from torchtriage.trace import load_trace
+
+    def body(b):
+        return [x("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", b, 8_000,
+                  cat="user_annotation"), x("aten::mm", b + 8_100, 1_500)]
+
+    dataset = {"over": "window", "getitem_ms_per_sample": 6.9, "collate_ms_per_batch": 60.0,
+               "samples_per_batch": 128, "fetches": 5, "processes": 4, "where": "workers",
+               "num_workers": 4}
+    trace = load_trace(write_trace(tmp_path / "t.json", profiler_steps(6, body),
+                                   torchtriage={"dataset": dataset}))
+    machine = {"samples": 9, "cores": 16, "cpu_busy_mean": 0.26, "cpu_busy_per_core": [0.26],
+               "rss_max_bytes": 1, "child_processes": 4, "children_cpu_cores_mean": 3.6,
+               "job_cpu_cores_mean": 4.0, "job_processes": 5}
+    d = diagnose(trace, machine=machine)
+    (fix,) = [p for p in d.prescriptions if p.id == "dataloader.num_workers"]
+    assert fix.code == ("DataLoader(dataset, batch_size=..., num_workers=8)  # now 4, at most "
+                        "one per core: 16"), fix.code
+    assert fix.reason == ("its 4 workers do not keep up with the training loop (the job's "
+                          "processes use 4.0 of the 16 cores it may use)"), fix.reason
+    finding = next(f for f in d.findings if f.id == "data_loading.dataset")
+    assert "in the DataLoader's 4 workers" in finding.message, finding.message
+    # without the Dataset timing (a trace from elsewhere): the catalog's recipe
+    plain = diagnose(load_trace(write_trace(tmp_path / "p.json", profiler_steps(6, body))))
+    (fix,) = [p for p in plain.prescriptions if p.id == "dataloader.num_workers"]
+    assert "# try 2..cores" in fix.code and fix.reason.startswith("the workers do not keep up")

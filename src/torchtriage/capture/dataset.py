@@ -15,9 +15,11 @@ Each process keeps running totals (:class:`DatasetTotals`). A worker writes its 
 first fetches); the training process reads them, with its own, in :func:`totals`. The profiling
 session takes the totals when its window starts recording and when it is saved, and writes the
 difference (the window's fetches) into the trace's ``torchtriage`` metadata as ``dataset``,
-where the diagnosis reads it. A window shorter than the workers' writes (5 steps of 10 ms)
-can see no new totals at all: then the totals up to the window's end are written instead,
-marked ``"over": "run"`` (:func:`window_figures`).
+where the diagnosis reads it, with the workers that fetched during the window (a DataLoader
+without persistent workers starts new ones each epoch: all of them summed would name twice
+the workers) and their DataLoader's ``num_workers``. A window shorter than the workers'
+writes (5 steps of 10 ms) can see no new totals at all: then the totals up to the window's
+end are written instead, marked ``"over": "run"`` (:func:`window_figures`).
 """
 
 from __future__ import annotations
@@ -46,13 +48,22 @@ class DatasetTotals(msgspec.Struct, kw_only=True):
     collate_s: float = 0.0
     processes: int = 0  # processes that fetched (workers, or the training process)
     workers: bool = False  # the fetches ran in DataLoader workers
+    num_workers: int = 0  # in a worker: its DataLoader's num_workers; summed: the most of those
+    # summed: each worker file's (fetches, its DataLoader's num_workers), to tell which workers
+    # fetched in a window (a DataLoader without persistent workers starts new ones each epoch)
+    by_process: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
 
     def minus(self, before: DatasetTotals) -> DatasetTotals:
+        """The fetches since ``before``, by the processes that made them."""
+        fetched = [(name, loader_workers) for name, (fetches, loader_workers)
+                   in self.by_process.items() if fetches > before.by_process.get(name, (0, 0))[0]]
         return DatasetTotals(fetches=self.fetches - before.fetches,
                              samples=self.samples - before.samples,
                              getitem_s=self.getitem_s - before.getitem_s,
                              collate_s=self.collate_s - before.collate_s,
-                             processes=self.processes, workers=self.workers)
+                             processes=len(fetched) if self.by_process else self.processes,
+                             workers=self.workers,
+                             num_workers=max((n for _, n in fetched), default=self.num_workers))
 
     def summary(self, over: Literal["window", "run"] = "window") -> dict[str, Any] | None:
         """The trace metadata's ``dataset`` entry (None without fetches); ``over``: the fetches
@@ -64,7 +75,9 @@ class DatasetTotals(msgspec.Struct, kw_only=True):
                 "collate_ms_per_batch": round(self.collate_s * 1e3 / self.fetches, 4),
                 "samples_per_batch": round(self.samples / self.fetches, 2),
                 "fetches": self.fetches, "processes": self.processes,
-                "where": "workers" if self.workers else "training process"}
+                "where": "workers" if self.workers else "training process",
+                **({"num_workers": self.num_workers} if self.workers and self.num_workers
+                   else {})}
 
 
 class DatasetTimer:
@@ -119,8 +132,10 @@ class DatasetTimer:
         if self._worker is None:
             from torch.utils.data import get_worker_info
 
-            self._worker = get_worker_info() is not None
+            info = get_worker_info()
+            self._worker = info is not None
             self.mine.workers = self._worker
+            self.mine.num_workers = info.num_workers if info is not None else 0
         if not self._worker:
             return
         now = time.monotonic()
@@ -148,6 +163,8 @@ class DatasetTimer:
             workers.getitem_s += part.getitem_s
             workers.collate_s += part.collate_s
             workers.processes += 1
+            workers.num_workers = max(workers.num_workers, part.num_workers)
+            workers.by_process[path.name] = (part.fetches, part.num_workers)
         return workers if workers.fetches > self.mine.fetches else msgspec.structs.replace(
             self.mine)  # a copy: the session keeps the totals at the window's start
 

@@ -32,7 +32,7 @@ def dataset_verdict(meta: dict[str, Any] | None, loading_share: float
     except (KeyError, TypeError, ValueError):
         return [], []
     where = str(meta.get("where", ""))
-    processes = int(meta.get("processes", 1) or 1)
+    processes = _count(meta.get("processes"), 1)
     batch_ms = getitem * per_batch + collate
     getitem_share = getitem * per_batch / batch_ms if batch_ms > 0 else 0.0
     fired = getitem_share >= th.DATASET_GETITEM_SHARE.value
@@ -45,8 +45,10 @@ def dataset_verdict(meta: dict[str, Any] | None, loading_share: float
     ]
     if loading_share < th.DATA_LOADING_SIGNIFICANT.value or batch_ms <= 0:
         return evidence, []
-    place = (f"in {processes} DataLoader worker(s)" if where == "workers"
-             else "in the training process (num_workers=0)")
+    workers = loader_workers(meta)
+    place = ("in the training process (num_workers=0)" if where != "workers"
+             else f"in the DataLoader's {workers} workers" if workers
+             else f"in {processes} DataLoader worker(s)")
     if meta.get("over") == "run":  # the workers reported no fetch during a short window
         place += ", over the fetches before the window's end"
     cost = (f"{batch_ms:.1f} ms per batch of {per_batch:g} ({getitem_share:.0%} "
@@ -62,3 +64,18 @@ def dataset_verdict(meta: dict[str, Any] | None, loading_share: float
                           message=f"collate_fn {collate:.2f} ms per batch: {cost}.",
                           evidence=evidence[1:2])
     return evidence, [finding]
+
+
+def loader_workers(meta: dict[str, Any] | None) -> int:
+    """The DataLoader's ``num_workers`` when its workers ran the fetches of the ``dataset``
+    entry (0: the training process fetched, or the entry does not say)."""
+    if not isinstance(meta, dict) or meta.get("where") != "workers":
+        return 0
+    return _count(meta.get("num_workers"), 0)
+
+
+def _count(value: Any, default: int) -> int:
+    """A positive count from the metadata, else ``default`` (a trace from elsewhere may hold
+    anything there)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else default

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from torchtriage.analysis.categories import is_dataloader
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID, Remedy
+from torchtriage.diagnosis.dataset import loader_workers
 from torchtriage.diagnosis.result import Evidence, Finding, MachineInfo
 from torchtriage.diagnosis.rules.base import Facts, Verdict, share_evidence
 from torchtriage.diagnosis.vocabulary import Layer
@@ -85,10 +88,12 @@ def _data_loading(f: Facts) -> Verdict:
                                         "processes included (not what saturation is judged by)"))
     loader_fixes: list[tuple[Remedy, str]] = []
     if has_loader:
-        loader_fixes.append((BY_ID["dataloader.num_workers"],
-                             "loading runs in the training process (num_workers=0)" if single
-                             else "the workers do not keep up with the training loop" if multi
-                             else f"{share:.0%} of step time is exposed data loading"))
+        loader_fixes.append(
+            (BY_ID["dataloader.num_workers"],
+             "loading runs in the training process (num_workers=0)") if single
+            else _more_workers(f) if multi
+            else (BY_ID["dataloader.num_workers"],
+                  f"{share:.0%} of step time is exposed data loading"))
         loader_fixes.append((BY_ID["dataloader.prefetch_factor"],
                              "keeps batches queued once workers run" if single else
                              "workers are sometimes late"))
@@ -108,6 +113,28 @@ def _data_loading(f: Facts) -> Verdict:
     copy_first = h2d_share > f.breakdown.share("data_loading")
     v.remedies.extend(copy_fixes + loader_fixes if copy_first else loader_fixes + copy_fixes)
     return v
+
+
+def _more_workers(f: Facts) -> tuple[Remedy, str]:
+    """``dataloader.num_workers`` for a loader whose workers do not keep up: with the workers
+    it has (the Dataset timing names them) and the cores the job may use, the recipe says how
+    many it has now and suggests twice as many, at most one per core (a recipe of 4 workers
+    for a loader with 4 already said nothing)."""
+    remedy = BY_ID["dataloader.num_workers"]
+    workers = loader_workers(f.trace.meta.torchtriage.get("dataset"))
+    if not workers:
+        return remedy, "the workers do not keep up with the training loop"
+    m = f.machine if f.machine is not None and f.machine.samples else None
+    cores = int(m.job_cores) if m is not None else None
+    more = min(2 * workers, cores) if cores else 2 * workers
+    used = (f" (the job's processes use {m.job_cpu_cores_mean:.1f} of the {cores} cores it "
+            "may use)") if m is not None and m.job_cpu_cores_mean is not None else ""
+    why = f"its {workers} workers do not keep up with the training loop{used}"
+    if more <= workers:
+        return remedy, why
+    limit = f", at most one per core: {cores}" if cores else ""
+    code = f"DataLoader(dataset, batch_size=..., num_workers={more})  # now {workers}{limit}"
+    return msgspec.structs.replace(remedy, code=code), why
 
 
 def job_cpu_evidence(m: MachineInfo | None) -> Evidence | None:
