@@ -385,14 +385,7 @@ class ProfilingWindow:
         if steps < after_first + CHECK_STEPS - 1 and not final:
             return None
         inside = self.clock.step_ms(first, last)
-        timed = self.clock.step_ms(after_first, min(
-            steps, after_first + CHECK_STEPS - 1 + th.EXPORT_RECOVERY_STEPS))
-        lead = th.recovering_steps(timed, CHECK_STEPS)  # still paying for the export's pause
-        if lead is None:
-            if not final:
-                return None  # a leading step left out: time as many after the others
-            lead = 0
-        after, after_first = timed[lead:lead + CHECK_STEPS], after_first + lead
+        after = self.clock.step_ms(after_first, min(steps, after_first + CHECK_STEPS - 1))
         if not inside:
             return None
         profiled = statistics.fmean(inside)

@@ -291,40 +291,6 @@ def one_off_step(profiled_ms: list[float], later_ms: list[float]) -> int | None:
     return None
 
 
-EXPORT_RECOVERY = Threshold(
-    "export_recovery", 3.0, "times the longest checked step after it",
-    "the first unprofiled step after the trace export's step (and then the next, at most "
-    "two in all) that takes more than this times the longest of the checked steps after it "
-    "still pays for the export's pause (not measured why: most likely a GPU left idle while "
-    "the host wrote the trace, running at lowered clocks until it is busy again) and is not "
-    "timed for the window's check: as many steps are timed after the others instead",
-    "H200 2026-12-03: a host-bound loop of 4-6 ms steps (4 micro-batches, an .item() each) "
-    "took 50-53 ms in the step after the export's; counted, that one step made the check's "
-    "mean 14.9 ms against the window's 5.9 and the window was profiled again, twice, with the "
-    "same result; a periodic stall (a loader whose workers deliver in turn, a step of 800 ms "
-    "in every four of 60) recurs among the steps it is judged against and is never left out",
-)
-EXPORT_RECOVERY_STEPS = 2  # at most this many leading steps are left out
-
-
-def recovering_steps(after_ms: list[float], count: int) -> int | None:
-    """How many leading steps of ``after_ms`` (the unprofiled steps timed after a window,
-    first the one right after the export's step) to leave out of the window's check: the
-    most, up to :data:`EXPORT_RECOVERY_STEPS`, that are each over ``export_recovery`` times
-    the longest of the steps timed after them. None: such steps lead, and fewer than
-    ``count`` steps after them have been timed yet."""
-    lead = 0
-    for k in range(1, EXPORT_RECOVERY_STEPS + 1):
-        later = after_ms[k:k + count]
-        if not later:
-            break
-        if min(after_ms[:k]) > EXPORT_RECOVERY.value * max(later):
-            if len(after_ms) < k + count:
-                return None
-            lead = k
-    return lead if len(after_ms) >= lead + count else None
-
-
 def window_holds(profiled_ms: float, later_ms: float) -> bool:
     """Whether steps timed later (unprofiled) bear a profiled window out: at most
     ``window_drift`` slower (the profile's own check after the window, and ``fix``'s
@@ -384,7 +350,6 @@ TIMING_DAMAGE_REFUSE = Threshold(
 ALL: tuple[Threshold, ...] = (
     WINDOW_DRIFT,
     WINDOW_CHECK_STEPS,
-    EXPORT_RECOVERY,
     PROFILER_INFLATION,
     OVERHEAD_OUTLIER_STEP,
     ONE_OFF_STEP,
