@@ -258,21 +258,20 @@ def _strict_columns(raw_events: list[Any]) -> ChunkColumns:
     """Columns of events decoded by the strict decoder: a pass per column or two, in C where
     it can be (``map`` with ``attrgetter``, ``numpy.fromiter``, ``list.count``), one Python
     pass to sort the events by phase, and none per event for the rare fields."""
-    complete: list[Any] = []
+    xs: list[Any] = []  # complete events
     instants: list[Any] = []  # the phases with a name but no duration: [memory] events
-    to_complete, to_instants = complete.append, instants.append
+    to_xs, to_instants = xs.append, instants.append
     for e in raw_events:
         phase = type(e)
         if phase is _StrictComplete:
-            to_complete(e)
+            to_xs(e)
         elif phase is _StrictInstant or phase is _StrictInstantI:
             to_instants(e)
-    all_names = list(map(_NAME, complete))
-    if "[memory]" in all_names:  # (complete events named so are memory rows, not events)
+    event_names = list(map(_NAME, xs))
+    if "[memory]" in event_names:  # (complete events named so are memory rows, not events)
         instants = [e for e in raw_events if type(e) in _NAMED and e.name == "[memory]"]
-        complete = [e for e in complete if e.name != "[memory]"]
-        all_names = list(map(_NAME, complete))
-    xs, event_names = complete, all_names
+        xs = [e for e in xs if e.name != "[memory]"]
+        event_names = list(map(_NAME, xs))
     starts = list(map(_TS, xs))
     no_ts = starts.count(None)  # a C scan; the filter below runs only when there are some
     if no_ts:

@@ -88,12 +88,13 @@ def _data_loading(f: Facts) -> Verdict:
                                         "processes included (not what saturation is judged by)"))
     loader_fixes: list[tuple[Remedy, str]] = []
     if has_loader:
-        loader_fixes.append(
-            (BY_ID["dataloader.num_workers"],
-             "loading runs in the training process (num_workers=0)") if single
-            else _more_workers(f) if multi
-            else (BY_ID["dataloader.num_workers"],
-                  f"{share:.0%} of step time is exposed data loading"))
+        if multi and not single:
+            loader_fixes.append(_more_workers(f))
+        else:
+            loader_fixes.append((BY_ID["dataloader.num_workers"],
+                                 "loading runs in the training process (num_workers=0)"
+                                 if single else
+                                 f"{share:.0%} of step time is exposed data loading"))
         loader_fixes.append((BY_ID["dataloader.prefetch_factor"],
                              "keeps batches queued once workers run" if single else
                              "workers are sometimes late"))
