@@ -303,6 +303,31 @@ def test_where_a_trace_is_cut_does_not_change_what_loads(tmp_path, monkeypatch):
         load_trace(bad_phase)
 
 
+def test_a_string_that_is_not_utf8_in_an_unused_event_loads_wherever_the_trace_is_cut(
+        tmp_path, monkeypatch):
+    """Found by the fuzzer: bytes that are not UTF-8 in a flow event's category loaded when the
+    event's chunk took the strict path (which skips a flow's fields) and failed the load when
+    another event in the chunk (an id written as a float) sent it down the lenient one. The
+    lenient path skips such an event too; in a complete event's name they are still an
+    error, on either path."""
+    from torchtriage.trace import ingest
+
+    events = [{"ph": "f", "id": 1, "pid": 1, "tid": 1, "ts": 5, "cat": "@@BAD@@", "bp": "e"},
+              x("a", 0, 1, correlation=7.5), *[x(f"op{i}", i, 1) for i in range(300)]]
+    path = write_trace(tmp_path / "t.json", events)
+    path.write_bytes(path.read_bytes().replace(b"@@BAD@@", b"\xff\xfe"))
+    whole = load_trace(path)
+    assert len(whole.events) == 301 and whole.events.correlation[0] == 7
+    monkeypatch.setattr(ingest, "BLOCK_BYTES", 4096)
+    assert load_trace(path).events.names == whole.events.names
+    named = tmp_path / "named.json"
+    named.write_bytes(path.read_bytes().replace(b'"op7"', b'"op\xff"'))
+    for block in (4096, 4 * 2**20):
+        monkeypatch.setattr(ingest, "BLOCK_BYTES", block)
+        with pytest.raises(TraceError, match="Invalid UTF-8"):
+            load_trace(named)
+
+
 def test_a_step_number_past_int64_is_not_a_step(tmp_path):
     """Found by the fuzzer: "ProfilerStep#99999999999999999999999" was an internal
     OverflowError in the step finder; it is not a step number, the other steps are used."""

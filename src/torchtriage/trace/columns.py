@@ -193,15 +193,20 @@ def _lenient_events(array: bytes | memoryview) -> list[Any]:
     does not depend on which path its other events sent it down (so on where it was cut)."""
     try:
         return _EVENTS.decode(array)
-    except msgspec.ValidationError as whole:
+    except msgspec.DecodeError as whole:  # (ValidationError too: a wrong type; or a string
+        # that is not UTF-8, which the strict path skips in such an event's fields)
+        try:
+            raws = _RAW_EVENTS.decode(array)
+        except msgspec.DecodeError:
+            raise whole from None  # not JSON: the cut or the data
         events = []
-        for raw in _RAW_EVENTS.decode(array):
+        for raw in raws:
             try:
                 events.append(_ONE_EVENT.decode(raw))
-            except msgspec.ValidationError:
+            except msgspec.DecodeError:
                 try:
                     phase = _PHASE.decode(raw).ph
-                except msgspec.ValidationError:
+                except msgspec.DecodeError:
                     phase = None
                 if not (isinstance(phase, str) and phase in _SKIPPED_PHASES):
                     raise whole from None
