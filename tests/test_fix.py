@@ -29,6 +29,7 @@ def fix(tmp_path: Path, *args: str, cwd: Path = REPO, timeout: int = 600):
 
 
 @pytest.mark.timing
+@pytest.mark.paired("sleep")
 def test_fix_data_starved_searches_workers_keeps_the_best_and_writes_a_patch(tmp_path):
     # a copy of the example, so that the patch can be applied for real
     work = tmp_path / "work"
@@ -84,6 +85,7 @@ def test_fix_data_starved_searches_workers_keeps_the_best_and_writes_a_patch(tmp
 
 
 @pytest.mark.timing
+@pytest.mark.paired("sleep")
 def test_fix_notices_a_profile_its_own_trials_contradict_and_profiles_again(tmp_path):
     """The Dataset slows down 50x after 60 steps: long after the profile's window and its
     check, but before the A/B trials' 10 measured steps (after 60 warm-up steps). The first
@@ -109,6 +111,7 @@ def test_fix_notices_a_profile_its_own_trials_contradict_and_profiles_again(tmp_
 
 
 @pytest.mark.timing
+@pytest.mark.paired("cpu")
 def test_fix_compute_bound_keeps_nothing_unproven_and_says_why(tmp_path):
     # The fewest steps a trial takes (2 warm-up + 3 measured): without native bf16 a bf16
     # trial runs >10x slower per step (seconds a step here). The budget fits bf16's A/B,

@@ -302,6 +302,7 @@ def test_ab_says_when_the_script_ends_before_the_steps_asked(tmp_path):
 
 
 @pytest.mark.timing
+@pytest.mark.paired("sleep")
 def test_ab_more_dataloader_workers_is_faster(tmp_path):
     page = tmp_path / "ab.html"
     proc, result = ab(tmp_path, "--knob", "dataloader.num_workers=2", "--trials", "3",
