@@ -487,3 +487,49 @@ def test_a_window_with_a_one_off_step_says_which_step():
     assert last.id == "steps.window_not_steady" and "Profiled step 6 took 1190 ms" in last.message
     assert last.evidence[0].metric == "one_off_step_over_after_mean"
     assert last.evidence[0].value == pytest.approx(59.5)
+
+
+def _loader_steps_with_one_long(tmp_path, long_ms: float):
+    """5 steps of a loader-bound CPU loop (6 ms in the DataLoader, 3 ms of compute); step #3
+    also spends ``long_ms`` in one op inside the optimizer's step."""
+    events, base = [], 0.0
+    for n in range(1, 6):
+        extra = long_ms * 1e3 if n == 3 else 0.0
+        wall = 10_000 + extra
+        events.append(x(f"ProfilerStep#{n}", base, wall, cat="user_annotation"))
+        events.append(x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                        base + 100, 6_000, cat="user_annotation"))
+        events.append(x("aten::mm", base + 6_200, 3_000))
+        events.append(x("Optimizer.step#SGD.step", base + 9_300, 500 + extra,
+                        cat="user_annotation"))
+        if extra:
+            events.append(x("aten::_foreach_add_", base + 9_400, extra))
+        base += wall
+    return load_trace(write_trace(tmp_path / "t.json", events))
+
+
+def test_a_one_off_step_the_check_never_saw_again_is_left_out(tmp_path):
+    """One long step decides the shares of a window of short ones: pytorch/examples' mnist on
+    an H200 had one 84 ms step among 5-14 ms ones (66 ms of it a collector pause inside
+    Adadelta.step) and was called host-bound at 80 %, its loader and optimizer fixes misjudged.
+    Under one_off_min_ms nothing is profiled again; when the steps checked after the window
+    never came within one_off_step of it, it is left out of the statistics and said so (here a
+    CPU trace, whose one long op would make it compute-bound). A step as long among the
+    checked steps stays: the job's rhythm."""
+    trace = _loader_steps_with_one_long(tmp_path, 300.0)
+    assert diagnose(trace).primary == "kernel"  # no check: the long step decides
+
+    def check(after_max_ms: float):
+        return msgspec.structs.replace(_check(70.0, 11.0), after_max_ms=after_max_ms)
+
+    d = diagnose(trace, windows=[check(12.5)])
+    assert d.primary == "data_loading", d.summary
+    assert [s.wall_ms for s in d.breakdown.steps] == [10.0, 10.0, 10.0, 10.0]
+    (left,) = [f for f in d.findings if f.id == "steps.excluded"]
+    assert "#3 (one-off: 310.0 ms, 31.0x the window's median 10.0 ms; none of the 5 steps " \
+           "checked after the window took more than 12.5 ms)" in left.message, left.message
+    assert diagnose(trace, windows=[check(200.0)]).primary == "kernel"  # it came back: kept
+    assert diagnose(trace, windows=[_check(70.0, 11.0)]).primary == "kernel"  # (no longest)
+    # a step under one_off_step times the median is ordinary variation
+    assert diagnose(_loader_steps_with_one_long(tmp_path, 15.0),
+                    windows=[check(10.5)]).breakdown.steps[2].wall_ms == 25.0

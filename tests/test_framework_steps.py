@@ -384,3 +384,42 @@ def test_more_workers_names_how_many_the_loader_has_and_the_cores(tmp_path):
     plain = diagnose(load_trace(write_trace(tmp_path / "p.json", profiler_steps(6, body))))
     (fix,) = [p for p in plain.prescriptions if p.id == "dataloader.num_workers"]
     assert "# try 2..cores" in fix.code and fix.reason.startswith("the workers do not keep up")
+
+
+def test_a_window_that_outpaced_its_loader_names_data_loading(tmp_path):
+    """pytorch/examples' mnist on an H200: after the checks saw its queue drain, the window's
+    steps (median 5.7 ms) still ran faster than its one worker loads a batch (9.0 ms): they drew
+    on batches prepared before. The window said host at 71 %; fix's trials then measured
+    10.4 ms per step, and 4 workers made it 2.56x faster. The workers' timing in the window
+    decides: loading per batch over the workers past loader_outpaced times the median step
+    names data_loading, with the branch and its comparison."""
+    from conftest import profiler_steps, write_trace, x
+
+    from torchtriage.diagnosis import thresholds as th
+    from torchtriage.diagnosis.diagnose import diagnose
+    from torchtriage.trace import load_trace
+
+    def body(b):  # 10 ms steps: 1 ms waiting for the loader, 8.9 ms of compute
+        return [x("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", b, 1_000,
+                  cat="user_annotation"), x("aten::mm", b + 1_050, 8_900)]
+
+    def verdict(**dataset):
+        meta = {"over": "window", "getitem_ms_per_sample": 0.2, "collate_ms_per_batch": 0.5,
+                "samples_per_batch": 64, "fetches": 5, "processes": 1, "where": "workers",
+                "num_workers": 1, **dataset}
+        name = f"t{len(list(tmp_path.iterdir()))}.json"
+        return diagnose(load_trace(write_trace(tmp_path / name, profiler_steps(6, body),
+                                               torchtriage={"dataset": meta})))
+
+    d = verdict()  # 13.3 ms per batch, one worker: 1.33x the 10 ms median step
+    assert d.primary == "data_loading" and d.primary_rule.rule == "loader_outpaced", d.summary
+    (ratio,) = d.primary_rule.evidence
+    assert (ratio.metric, ratio.value, ratio.threshold) == (
+        "loader_period_over_median_step", 1.33, th.LOADER_OUTPACED.value)
+    assert "1 worker(s) load a batch every 13.3 ms at best" in d.primary_rule.reason
+    assert d.prescriptions[0].id == "dataloader.num_workers"
+    # two workers feed a step every 6.65 ms: the window's compute decides
+    assert verdict(num_workers=2, processes=2).primary == "kernel"
+    # timings over the run, not the window, or fetched in the training process: not used
+    assert verdict(over="run").primary == "kernel"
+    assert verdict(where="training process").primary == "kernel"

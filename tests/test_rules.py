@@ -117,16 +117,17 @@ def test_a_rule_added_to_the_tuple_is_run(tmp_path, monkeypatch):
     assert [f.message for f in found] == ["3 steps"]
 
 
-def _optimizer_trace(out, foreach: bool, forward_ops: int):
-    """A real torch.profiler window: 20 small parameters under Adam, a forward of
-    ``forward_ops`` tiny element-wise ops (host-bound on any CPU)."""
+def _optimizer_trace(out, foreach: bool, forward_ops: int, optimizer: str = "Adam"):
+    """A real torch.profiler window: 20 small parameters under ``optimizer`` (a torch.optim
+    class name), a forward of ``forward_ops`` tiny element-wise ops (host-bound on any
+    CPU)."""
     import torch
 
     import torchtriage
 
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(4)) for _ in range(20)]
-    opt = torch.optim.Adam(params, lr=1e-3, foreach=foreach)
+    opt = getattr(torch.optim, optimizer)(params, lr=1e-3, foreach=foreach)
     with torchtriage.profile(out, max_events=0, warmup=1, active=3, record_shapes=False,
                              profile_memory=False) as prof:
         for _ in range(6):
@@ -162,3 +163,14 @@ def test_fused_is_prescribed_for_a_foreach_optimizer_that_takes_much_of_the_step
     assert ev["optimizer_multi_tensor_ops_per_step"] > 0
     assert ev["optimizer_share"] >= th.FOREACH_OPTIMIZER_SHARE.value, ev
     assert "optimizer.fused" in [p.id for p in d.prescriptions]
+
+
+def test_fused_is_withheld_from_an_optimizer_torch_cannot_fuse(tmp_path):
+    """pytorch/examples' mnist steps Adadelta, which has no fused=True in torch and already
+    runs foreach kernels: 'AdamW(..., fused=True)' was its first fix on an H200."""
+    d, ev = _optimizer_trace(tmp_path / "adadelta", True, 10, optimizer="Adadelta")
+    assert ev["optimizer_multi_tensor_ops_per_step"] > 0
+    assert ev["optimizer_share"] >= th.FOREACH_OPTIMIZER_SHARE.value, ev
+    assert "optimizer.fused" not in [p.id for p in d.prescriptions]
+    (held,) = [w for w in d.withheld if w.id == "optimizer.fused"]
+    assert held.reason.startswith("Adadelta has no fused implementation in torch"), held.reason

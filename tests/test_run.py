@@ -342,6 +342,7 @@ def test_a_queue_that_keeps_up_does_not_delay_the_check(tmp_path):
     starts right after the export's refill (last step + 2 + the queue: step 58)."""
     check = _checked_window(tmp_path, lambda step: 14 + step % 2, lambda step: 40.0)
     assert check.after_first_step == 58 and check.representative is True, check
+    assert check.after_max_ms == 40.0  # the longest checked step (diagnosis/windows.py)
 
 
 @pytest.mark.timing

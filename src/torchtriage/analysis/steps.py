@@ -11,7 +11,8 @@ Sources, in order of preference (the one used is reported as ``source``):
     neither: the whole trace is one step.
 
 Steps listed by torchtriage's own capture as warm-up or partial (trace metadata ``torchtriage``)
-are kept in ``excluded`` with the reason, and left out of statistics as long as one step remains.
+are kept in ``excluded`` with the reason, and left out of statistics as long as one step remains
+(:func:`leave_out`, which the diagnosis also uses for a one-off step its window check found).
 So is a ``ProfilerStep#N`` of zero length (:data:`ZERO_LENGTH`): its marker recorded no time,
 so its step cannot be measured (``trace/quality.py`` has clamped a negative one to 0).
 """
@@ -100,26 +101,29 @@ def _apply_exclusions(windows: StepWindows, trace: Trace) -> StepWindows:
     """Drop zero-length steps, then partial steps, then warm-up steps, each only if some step
     remains."""
     meta = trace.meta.torchtriage
-    excluded: dict[int, str] = {}
-    keep = np.ones(len(windows), dtype=bool)
     for key, reason in ((None, ZERO_LENGTH),
                         ("partial_steps", "partial: the loop ended inside this step"),
                         ("warmup_steps", "warm-up")):
         if key is None:
-            drop = keep & (windows.end <= windows.start)
+            numbers = windows.numbers[windows.end <= windows.start]
         else:
-            listed = {int(n) for n in meta.get(key, []) or []}
-            drop = keep & np.isin(windows.numbers, list(listed))
-        if drop.any() and (keep & ~drop).any():
-            keep &= ~drop
-            excluded.update({int(n): reason for n in windows.numbers[drop]})
-    if keep.all():
+            numbers = np.asarray(sorted({int(n) for n in meta.get(key, []) or []}))
+        windows = leave_out(windows, numbers, reason)
+    return windows
+
+
+def leave_out(windows: StepWindows, numbers, reason: str) -> StepWindows:
+    """``windows`` without the steps numbered ``numbers``, which are kept in ``excluded`` with
+    ``reason``; unchanged when that would leave no step."""
+    drop = np.isin(windows.numbers, np.asarray(numbers, dtype=np.int64))
+    if not drop.any() or drop.all():
         return windows
+    keep = ~drop
     return StepWindows(
         source=windows.source,
         numbers=windows.numbers[keep],
         start=windows.start[keep],
         end=windows.end[keep],
         main_thread=windows.main_thread,
-        excluded=excluded,
+        excluded={**windows.excluded, **{int(n): reason for n in windows.numbers[drop]}},
     )

@@ -395,6 +395,7 @@ class ProfilingWindow:
         if len(after) >= CHECK_STEPS:
             later = statistics.fmean(after)
             check.after_mean_ms, check.after_steps = round(later, 3), len(after)
+            check.after_max_ms = round(max(after), 3)
             check.after_first_step = after_first
             check.representative = th.window_holds(profiled, later)
             # one process, or a job whose ranks agree: a rank of several deciding alone would

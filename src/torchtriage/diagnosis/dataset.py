@@ -79,3 +79,19 @@ def _count(value: Any, default: int) -> int:
     anything there)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
         else default
+
+
+def loader_period_ms(meta: dict[str, Any] | None) -> tuple[float, int] | None:
+    """The shortest step the DataLoader's workers can feed, from the ``dataset`` entry: their
+    loading time per batch (``__getitem__`` of each sample, then collate) over their number,
+    with that number; None when the training process fetched, the workers are not counted, or
+    the timing is not the window's (``over`` "run": the workers fetched nothing in it)."""
+    workers = loader_workers(meta)
+    if not workers or not isinstance(meta, dict) or meta.get("over") == "run":
+        return None
+    try:
+        batch_ms = (float(meta["getitem_ms_per_sample"]) * float(meta["samples_per_batch"])
+                    + float(meta["collate_ms_per_batch"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (batch_ms / workers, workers) if batch_ms > 0 else None

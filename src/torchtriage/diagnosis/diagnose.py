@@ -46,7 +46,7 @@ from torchtriage.diagnosis.vocabulary import (
     LAYERS,
     TIME_LAYERS,
 )
-from torchtriage.diagnosis.windows import window_findings
+from torchtriage.diagnosis.windows import window_findings, without_short_one_off
 from torchtriage.trace.model import EventKind, Trace
 from torchtriage.version import __version__
 
@@ -74,10 +74,10 @@ def diagnose(
         windows: ``torchtriage run``'s checks of its profiled windows, the last one this
             trace's: a window that was not steady state is said so and lowers the confidence.
     """
-    steps = find_steps(trace)
+    window = windows[-1] if windows else None
+    steps = without_short_one_off(find_steps(trace), window)
     quality = dq.data_quality(trace, steps)
     dq.check_usable(trace, steps, quality)  # impossible timings past repair: no verdict
-    window = windows[-1] if windows else None
     facts = build_facts(trace, device_memory=device_memory, oom=oom, machine=machine,
                         out_of_memory=out_of_memory, steps=steps, window=window)
     steps, breakdown, nesting, gpu = facts.steps, facts.breakdown, facts.nesting, facts.gpu

@@ -4,7 +4,11 @@
 else, on a CPU-only job whose own processes saturate its cores (``cpu_saturated``) mostly with
 DataLoader workers (``loader_cpu_share`` of its CPU), ``data_loading`` when significant: the
 training process computes on cores its loading holds, so its compute time is contention;
-else ``kernel`` at ``compute_bound``; else the largest non-compute layer that reaches its
+else ``data_loading`` when the DataLoader's workers (timed by ``torchtriage run`` in the
+window) take longer per batch, over their number, than ``loader_outpaced`` times the window's
+median step: the window's steps ran on batches prepared before it (a queue the checks did not
+see drain), and at steady state each step waits for the loader; else ``kernel`` at
+``compute_bound``; else the largest non-compute layer that reaches its
 significance threshold (it is what keeps the compute idle); else ``kernel``. So a smaller
 share can win (data loading at 35 % over kernels at 55 %): each verdict carries the branch
 that decided (:class:`~torchtriage.diagnosis.result.PrimaryRule`), its comparisons and a line
@@ -13,9 +17,12 @@ built from the thresholds themselves, which the reports print beside the layer s
 
 from __future__ import annotations
 
+import numpy as np
+
 from torchtriage.diagnosis import result as r
 from torchtriage.diagnosis import rules
 from torchtriage.diagnosis import thresholds as th
+from torchtriage.diagnosis.dataset import loader_period_ms
 from torchtriage.diagnosis.rules.data_loading import job_cpu_evidence
 from torchtriage.diagnosis.vocabulary import TIME_LAYERS
 
@@ -45,6 +52,9 @@ def time_primary(facts: rules.Facts) -> tuple[str, str, r.PrimaryRule]:
     contended = _contended_by_loading(facts)
     if contended is not None:  # compared with the compute it slows down
         return "data_loading", "kernel", contended
+    outpaced = _outpaced_loader(facts)
+    if outpaced is not None:  # compared with what the window's steps did instead
+        return "data_loading", waste[0] if waste[0] != "data_loading" else "kernel", outpaced
     if bound.fired:
         return "kernel", waste[0], r.PrimaryRule(
             rule="compute_bound", evidence=[bound],
@@ -91,6 +101,28 @@ def _contended_by_loading(facts: rules.Facts) -> r.PrimaryRule | None:
                f"(>= {_named(th.LOADER_CPU_SHARE)}): the training process computes on cores "
                f"its loading holds, so data_loading {loading.value:.1%} >= "
                f"{_named(th.DATA_LOADING_SIGNIFICANT)} comes first whatever the kernel share.")
+
+
+def _outpaced_loader(facts: rules.Facts) -> r.PrimaryRule | None:
+    """The outpaced-loader branch (see the module docstring), or None when it does not apply:
+    no worker timing of the window (``torchtriage run`` records it), or workers that keep up
+    with the window's median step within ``loader_outpaced``."""
+    period = loader_period_ms(facts.trace.meta.torchtriage.get("dataset"))
+    if period is None or len(facts.steps) == 0:
+        return None
+    period_ms, workers = period
+    median_ms = float(np.median(facts.steps.wall)) / 1e3
+    ratio = rules.share_evidence("loader_period_over_median_step", period_ms / median_ms
+                                 if median_ms > 0 else 0.0, th.LOADER_OUTPACED)
+    if not ratio.fired:
+        return None
+    return r.PrimaryRule(
+        rule="loader_outpaced", evidence=[ratio],
+        reason=f"the DataLoader's {workers} worker(s) load a batch every {period_ms:.1f} ms at "
+               f"best, {ratio.value:.2f}x the window's median step of {median_ms:.1f} ms (>= "
+               f"{_named(th.LOADER_OUTPACED)}): the window's steps drew on batches prepared "
+               "before it, and once those are gone every step waits for data, whatever the "
+               "shares inside the window.")
 
 
 def memory_primary(facts: rules.Facts, verdict: rules.Verdict

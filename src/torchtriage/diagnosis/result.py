@@ -334,6 +334,7 @@ class WindowCheck(msgspec.Struct, kw_only=True):
     profiled_mean_ms: float  # host time per step inside the window
     after_mean_ms: float | None = None  # the unprofiled steps after it (None: not reached)
     after_steps: int = 0
+    after_max_ms: float | None = None  # the longest of them
     # the first of those steps: later than the window's queue when a refilled queue drained
     after_first_step: int | None = None
     representative: bool | None = None  # None: the script ended before the check

@@ -269,23 +269,28 @@ ONE_OFF_MIN_MS = Threshold(
     "one_off_min_ms", 100.0, "ms over the window's median step",
     "the least a one-off step (one_off_step) must exceed the window's median by: shorter "
     "stalls are the scheduler's on a busy machine, not a checkpoint or an epoch boundary, and "
-    "profiling again for one of them would only move the window",
+    "profiling again for one of them would only move the window; such a shorter one-off is "
+    "left out of the window's statistics instead (diagnosis/windows.py), so that one stall "
+    "does not decide the shares of a window of short steps",
     "torchtriage default, CI 2026-12-02: a 2-rank gloo job of 5-9 ms steps on a loaded 2-core "
     "machine had one rank profile again for a stall of a few tens of ms; the one-offs seen on "
-    "real jobs cost 1,000 ms and more (dcgan's epoch boundary 1,170 ms over its median)",
+    "real jobs cost 1,000 ms and more (dcgan's epoch boundary 1,170 ms over its median); "
+    "H200 2026-12-03: pytorch/examples' mnist had one 84 ms step among 5-14 ms ones (a 66 ms "
+    "pause inside Adadelta.step, the garbage collector's) that made host 80 % of its window",
 )
 
 
-def one_off_step(profiled_ms: list[float], later_ms: list[float]) -> int | None:
+def one_off_step(profiled_ms: list[float], later_ms: list[float],
+                 min_over_ms: float = ONE_OFF_MIN_MS.value) -> int | None:
     """Index of the longest profiled step when it is a one-off (``one_off_step``, at least
-    ``one_off_min_ms`` over the median), else None. Needs 3 profiled steps (a median to judge
-    by)."""
+    ``min_over_ms`` over the median: ``one_off_min_ms`` unless given), else None. Needs 3
+    profiled steps (a median to judge by)."""
     if len(profiled_ms) < 3 or not later_ms:
         return None
     factor = ONE_OFF_STEP.value
     longest = max(range(len(profiled_ms)), key=profiled_ms.__getitem__)
     odd, median = profiled_ms[longest], sorted(profiled_ms)[len(profiled_ms) // 2]
-    if (odd > median * factor and odd - median >= ONE_OFF_MIN_MS.value
+    if (odd > median * factor and odd - median >= min_over_ms
             and max(later_ms) < odd / factor):
         return longest
     return None
@@ -305,6 +310,17 @@ WINDOW_CHECK_STEPS = Threshold(
     "torchtriage default: their mean, a throughput figure like the window's (a median would "
     "miss a loader that stalls every few steps); 5 steps keep the check short",
 )
+LOADER_OUTPACED = Threshold(
+    "loader_outpaced", 1.25, "times the window's median step",
+    "the DataLoader's loading time per batch over its workers (the shortest step it can feed, "
+    "timed in the workers during the window) against the window's median step, at which the "
+    "window is taken to have drawn on batches prepared before it: data loading is named the "
+    "bottleneck of the steady state, whatever its share inside the window",
+    "torchtriage default (window_drift's margin), H200 2026-12-03: pytorch/examples' mnist, 1 "
+    "worker at 9.0 ms per batch against a window median step of 5.7 ms (host 71 % of the "
+    "window); fix's trials of it then ran 10.4 ms per step, and 4 workers made it 2.56x faster",
+)
+
 DATASET_GETITEM_SHARE = Threshold(
     "dataset_getitem_share", 0.5, "share of a batch's loading time",
     "share of a batch's loading time (__getitem__ x samples + collate_fn) spent in "
@@ -363,6 +379,7 @@ ALL: tuple[Threshold, ...] = (
     MACHINE_CONTENDED,
     LOADER_CPU_SHARE,
     DATA_LOADING_SIGNIFICANT,
+    LOADER_OUTPACED,
     DATASET_GETITEM_SHARE,
     COMMUNICATION_SIGNIFICANT,
     HOST_SIGNIFICANT,

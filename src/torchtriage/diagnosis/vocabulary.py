@@ -12,10 +12,12 @@ Confidence = Literal["low", "medium", "high"]
 Severity = Literal["info", "warning", "critical"]
 TraceMode = Literal["gpu", "cpu"]
 # Which branch of the primary-layer rule decided the verdict (diagnose.py, docs/reference.md):
-# memory by an out-of-memory error or by its peak; kernel at compute_bound; else the largest
+# memory by an out-of-memory error or by its peak; data loading by contended cores or by a
+# loader slower than the window's steps; kernel at compute_bound; else the largest
 # non-compute layer at its significance threshold; kernel when none reaches it.
 PrimaryRuleBranch = Literal["out_of_memory", "memory_near_capacity", "contended_compute",
-                            "compute_bound", "largest_significant", "none_significant"]
+                            "loader_outpaced", "compute_bound", "largest_significant",
+                            "none_significant"]
 # Impossible timings found in a trace (trace/quality.py; zero-length steps: analysis/steps.py)
 # and what was done with them.
 DataQualityKind = Literal["missing_ts", "negative_duration", "duration_past_span", "duplicate",

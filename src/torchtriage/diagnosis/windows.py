@@ -2,12 +2,37 @@
 again (``steps.window_profiled_again``), and a last window that still was not steady state
 (``steps.window_not_steady``: slower steps after it, or a one-off step inside it), which also
 lowers the confidence (diagnose.py). The checks themselves are made in the training process
-(capture/profiling.py)."""
+(capture/profiling.py).
+
+And a shorter one-off the check does not profile again for (:func:`without_short_one_off`):
+the window's longest step, when it is over ``one_off_step`` times the window's median and
+the steps checked after the window never came within that factor of it (their longest,
+``after_max_ms``), is left out of the statistics, whatever its length under
+``one_off_min_ms``: in a window of 5 short steps one collector pause or scheduler stall would
+otherwise decide the layer shares."""
 
 from __future__ import annotations
 
+from torchtriage.analysis.steps import StepWindows, leave_out
 from torchtriage.diagnosis import result as r
 from torchtriage.diagnosis import thresholds as th
+
+
+def without_short_one_off(steps: StepWindows, window: r.WindowCheck | None) -> StepWindows:
+    """``steps`` without the window's short one-off step, if it has one (module docstring).
+    Only for a window the check bore out or did not judge by a one-off (a longer one-off is
+    profiled again, and said so when the last window still has one)."""
+    if window is None or window.after_max_ms is None or window.one_off_step is not None:
+        return steps
+    step_ms = (steps.wall / 1e3).tolist()
+    odd = th.one_off_step(step_ms, [window.after_max_ms], min_over_ms=0.0)
+    if odd is None:
+        return steps
+    median = sorted(step_ms)[len(step_ms) // 2]
+    return leave_out(steps, [int(steps.numbers[odd])], (
+        f"one-off: {step_ms[odd]:.1f} ms, {step_ms[odd] / median:.1f}x the window's median "
+        f"{median:.1f} ms; none of the {window.after_steps} steps checked after the window "
+        f"took more than {window.after_max_ms:.1f} ms"))
 
 
 def window_findings(windows: list[r.WindowCheck]) -> list[r.Finding]:

@@ -7,6 +7,7 @@ import msgspec
 from torchtriage.analysis.categories import optimizer_own_intervals
 from torchtriage.analysis.intervals import covered_within, covers
 from torchtriage.analysis.ops import in_steps
+from torchtriage.analysis.steps import OPTIMIZER_STEP_PREFIX
 from torchtriage.analysis.transfers import SYNC_CALLS
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID
@@ -25,7 +26,8 @@ class HostRule:
     when ``optimizer_ops_per_step`` host ops run inside ``Optimizer.step`` and no fused kernel
     does (when they include multi-tensor ``aten::_foreach_*`` ops, the optimizer already
     batches its parameters, and fused is prescribed only when the optimizer's own time is
-    ``foreach_optimizer_share`` of the step; the fix loop then skips the foreach fallback),
+    ``foreach_optimizer_share`` of the step, and withheld when no optimizer of the trace has
+    a fused implementation in torch; the fix loop then skips the foreach fallback),
     removing syncs when there is at least one per step, then CUDA-graph compilation.
     """
 
@@ -113,6 +115,13 @@ def _host(f: Facts) -> Verdict:
             v.remedies.append((BY_ID["optimizer.fused"],
                                f"the optimizer runs {work.ops:.0f} ops per step, one "
                                "parameter at a time"))
+        elif work.share >= th.FOREACH_OPTIMIZER_SHARE.value and not _can_fuse(f):
+            classes = ", ".join(sorted(_optimizer_classes(f)))
+            v.withheld.append((BY_ID["optimizer.fused"],
+                               f"{classes} has no fused implementation in torch (fused=True: "
+                               f"{', '.join(sorted(FUSED_OPTIMIZERS))}) and already runs "
+                               f"multi-tensor (foreach) kernels, {work.share:.0%} of step time",
+                               [multi, own]))
         elif work.share >= th.FOREACH_OPTIMIZER_SHARE.value:
             v.remedies.append((BY_ID["optimizer.fused"],
                                f"the multi-tensor optimizer takes {work.share:.0%} of step time"))
@@ -126,6 +135,23 @@ def _host(f: Facts) -> Verdict:
                        "many small ops: fewer launches per step" if f.gpu else
                        "many small ops: compiled graphs skip per-op dispatch"))
     return v
+
+
+# The torch.optim classes that take fused=True (inspect.signature, torch 2.13 CPU and 2.11
+# CUDA, 2026-12-03; Adadelta, Adamax, ASGD, NAdam, RAdam, RMSprop, Rprop, Adafactor do not).
+FUSED_OPTIMIZERS = frozenset(("Adam", "AdamW", "SGD", "Adagrad"))
+
+
+def _optimizer_classes(f: Facts) -> set[str]:
+    """The classes in the trace's ``Optimizer.step#<Class>.step`` ranges."""
+    return {name[len(OPTIMIZER_STEP_PREFIX):].split(".")[0] for name in f.trace.events.names
+            if name.startswith(OPTIMIZER_STEP_PREFIX)}
+
+
+def _can_fuse(f: Facts) -> bool:
+    """Whether some optimizer of the trace has a fused implementation (or none is named)."""
+    classes = _optimizer_classes(f)
+    return not classes or bool(classes & FUSED_OPTIMIZERS)
 
 
 def _host_ops_per_step(f: Facts) -> float:
