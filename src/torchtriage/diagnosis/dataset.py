@@ -23,17 +23,12 @@ from torchtriage.diagnosis.result import Evidence, Finding
 def dataset_verdict(meta: dict[str, Any] | None, loading_share: float
                     ) -> tuple[list[Evidence], list[Finding]]:
     """Evidence and findings of the data-loading layer from the trace's ``dataset`` entry."""
-    if not isinstance(meta, dict):
+    figures = _figures(meta)
+    if figures is None:
         return [], []
-    try:
-        getitem = float(meta["getitem_ms_per_sample"])
-        collate = float(meta["collate_ms_per_batch"])
-        per_batch = float(meta["samples_per_batch"])
-    except (KeyError, TypeError, ValueError):
-        return [], []
-    where = str(meta.get("where", ""))
+    getitem, collate, per_batch, batch_ms = figures
+    where = str(meta.get("where", ""))  # (a dict: _figures read it)
     processes = _count(meta.get("processes"), 1)
-    batch_ms = getitem * per_batch + collate
     getitem_share = getitem * per_batch / batch_ms if batch_ms > 0 else 0.0
     fired = getitem_share >= th.DATASET_GETITEM_SHARE.value
     evidence = [
@@ -86,12 +81,23 @@ def loader_period_ms(meta: dict[str, Any] | None) -> tuple[float, int] | None:
     loading time per batch (``__getitem__`` of each sample, then collate) over their number,
     with that number; None when the training process fetched, the workers are not counted, or
     the timing is not the window's (``over`` "run": the workers fetched nothing in it)."""
-    workers = loader_workers(meta)
-    if not workers or not isinstance(meta, dict) or meta.get("over") == "run":
+    workers, figures = loader_workers(meta), _figures(meta)
+    if not workers or figures is None or meta.get("over") == "run":  # (workers: a dict)
+        return None
+    batch_ms = figures[3]
+    return (batch_ms / workers, workers) if batch_ms > 0 else None
+
+
+def _figures(meta: dict[str, Any] | None) -> tuple[float, float, float, float] | None:
+    """``__getitem__`` ms per sample, collate ms per batch, samples per batch and the loading
+    ms per batch they make, from the ``dataset`` entry; None when it lacks one or holds
+    something else."""
+    if not isinstance(meta, dict):
         return None
     try:
-        batch_ms = (float(meta["getitem_ms_per_sample"]) * float(meta["samples_per_batch"])
-                    + float(meta["collate_ms_per_batch"]))
+        getitem = float(meta["getitem_ms_per_sample"])
+        collate = float(meta["collate_ms_per_batch"])
+        per_batch = float(meta["samples_per_batch"])
     except (KeyError, TypeError, ValueError):
         return None
-    return (batch_ms / workers, workers) if batch_ms > 0 else None
+    return getitem, collate, per_batch, getitem * per_batch + collate

@@ -115,16 +115,17 @@ def _host(f: Facts) -> Verdict:
             v.remedies.append((BY_ID["optimizer.fused"],
                                f"the optimizer runs {work.ops:.0f} ops per step, one "
                                "parameter at a time"))
-        elif work.share >= th.FOREACH_OPTIMIZER_SHARE.value and not _can_fuse(f):
-            classes = ", ".join(sorted(_optimizer_classes(f)))
-            v.withheld.append((BY_ID["optimizer.fused"],
-                               f"{classes} has no fused implementation in torch (fused=True: "
-                               f"{', '.join(sorted(FUSED_OPTIMIZERS))}) and already runs "
-                               f"multi-tensor (foreach) kernels, {work.share:.0%} of step time",
-                               [multi, own]))
         elif work.share >= th.FOREACH_OPTIMIZER_SHARE.value:
-            v.remedies.append((BY_ID["optimizer.fused"],
-                               f"the multi-tensor optimizer takes {work.share:.0%} of step time"))
+            classes = _optimizer_classes(f)
+            if classes and not classes & FUSED_OPTIMIZERS:  # (none named: it may be fused)
+                v.withheld.append((BY_ID["optimizer.fused"],
+                                   f"{', '.join(sorted(classes))} has no fused implementation "
+                                   f"in torch (fused=True: {', '.join(sorted(FUSED_OPTIMIZERS))})"
+                                   " and already runs multi-tensor (foreach) kernels, "
+                                   f"{work.share:.0%} of step time", [multi, own]))
+            else:
+                v.remedies.append((BY_ID["optimizer.fused"], "the multi-tensor optimizer takes "
+                                   f"{work.share:.0%} of step time"))
         else:
             v.withheld.append((BY_ID["optimizer.fused"],
                                f"the optimizer already runs multi-tensor (foreach) kernels and "
@@ -146,12 +147,6 @@ def _optimizer_classes(f: Facts) -> set[str]:
     """The classes in the trace's ``Optimizer.step#<Class>.step`` ranges."""
     return {name[len(OPTIMIZER_STEP_PREFIX):].split(".")[0] for name in f.trace.events.names
             if name.startswith(OPTIMIZER_STEP_PREFIX)}
-
-
-def _can_fuse(f: Facts) -> bool:
-    """Whether some optimizer of the trace has a fused implementation (or none is named)."""
-    classes = _optimizer_classes(f)
-    return not classes or bool(classes & FUSED_OPTIMIZERS)
 
 
 def _host_ops_per_step(f: Facts) -> float:
