@@ -150,6 +150,57 @@ def test_version_help_and_no_arguments(capsys):
     assert main([]) == 2 and "usage: torchtriage" in capsys.readouterr().err
 
 
+def _options(parser) -> set[str]:
+    return {o for a in parser._actions for o in a.option_strings} - {"-h", "--help"}
+
+
+def _subparsers(parser) -> dict:
+    (commands,) = (a for a in parser._actions if a.dest == "command")
+    return dict(commands.choices)
+
+
+def test_a_command_line_builds_its_own_commands_options_only():
+    """Building every command's options is most of argparse's set-up (3-8 ms of a short
+    command): the parser for ``analyze ...`` lists the other commands without their options,
+    and its own options are the same as the full parser's."""
+    from torchtriage.cli.parser import build_parser
+
+    full = _subparsers(build_parser())
+    for name, sub in full.items():
+        lazy = _subparsers(build_parser(name))
+        assert lazy.keys() == full.keys()
+        assert _options(lazy[name]) == _options(sub), name
+        assert [a.dest for a in lazy[name]._actions] == [a.dest for a in sub._actions], name
+        assert not any(_options(p) for n, p in lazy.items() if n != name), name
+    assert _options(full["analyze"]) >= {"--json", "--top", "--html", "--strict"}
+
+
+def test_reading_commands_run_without_the_collector_and_runners_with_it(shared_traces):
+    """The console script turns the collector off (the collections imports trigger cost a
+    short command 10-14 ms); run, ab, fix and demo train for minutes and turn it back on."""
+    import gc
+
+    trace = shared_traces / "hta" / "rank_non_gpu" / "rank_non_gpu.json.gz"
+    code = ("import gc, sys\n"
+            "runs = []\n"
+            "gc.callbacks.append(lambda phase, info: runs.append(phase))\n"
+            "from torchtriage.cli import entry_point\n"
+            "sys.argv = ['torchtriage', 'analyze', sys.argv[1]]\n"
+            "try:\n    entry_point()\n"
+            "except SystemExit as exc:\n"
+            "    print(exc.code, len(runs), gc.isenabled(), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(trace)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.stderr.strip().splitlines()[-1] == "0 0 False", done.stderr
+    assert "Bottleneck: kernel" in done.stdout
+    gc.disable()
+    try:
+        assert main(["run"]) == 2  # no command after --: refused after the collector is back
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_the_command_after_double_dash_is_not_parsed():
     from torchtriage.cli import _before_command_line, _command_line
     from torchtriage.cli.parser import COMMAND_RUNNERS, build_parser

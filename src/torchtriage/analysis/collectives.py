@@ -9,7 +9,6 @@ Bandwidths follow nccl-tests: algbw = bytes / time; busbw = algbw x (2(n-1)/n fo
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from typing import Literal
@@ -113,7 +112,7 @@ def _bytes(trace: Trace, row: int) -> float | None:
         if dims is None:
             return None
         try:
-            first = json.loads(dims)[0]
+            first = msgspec.json.decode(dims)[0]
         except (ValueError, IndexError, TypeError):
             return None
         while first and isinstance(first[0], list):  # TensorList: [[n]]

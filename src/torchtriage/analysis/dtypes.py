@@ -14,9 +14,9 @@ time.
 
 from __future__ import annotations
 
-import json
 import re
 
+import msgspec
 import numpy as np
 
 from torchtriage.analysis.intervals import unique
@@ -58,8 +58,8 @@ def _has_double_tensor(ev, row: int, start: int, end: int) -> bool:
     """Whether one of the op's "double" inputs is a tensor with dimensions (not a wrapped
     Python number); True when the blob cannot be read that finely."""
     try:
-        types = json.loads(ev.shapes_blob[start:end])
-        dims = json.loads(ev.input_dims(row) or b"[]")
+        types = msgspec.json.decode(ev.shapes_blob[start:end])
+        dims = msgspec.json.decode(ev.input_dims(row) or b"[]")
     except ValueError:
         return True
     if not isinstance(types, list) or not isinstance(dims, list) or len(types) != len(dims):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from torchtriage.version import __version__
 
@@ -123,115 +124,152 @@ def _schema_epilog() -> str:
     return "documents:\n" + "\n".join(f"  {d.name:10s} {d.what}" for d in REGISTRY)
 
 
-def build_parser() -> Parser:
-    """The ``torchtriage`` parser and its subcommands."""
+class CommandSpec(NamedTuple):
+    """One command: its name, its handler (``"module:function"``), its help text (the first
+    paragraph is its line in ``--help``), what adds its options, and extra parser settings."""
+
+    name: str
+    handler: str
+    text: str
+    options: Callable[[Parser], None]
+    parser_kwargs: Mapping[str, Any] = {}
+
+
+def build_parser(command_name: str | None = None) -> Parser:
+    """The ``torchtriage`` parser and its subcommands.
+
+    Args:
+        command_name: the command about to run (the command line's first word): only its
+            options are built, the other commands are listed by name and help line (enough
+            for ``--help`` and for refusing an unknown command), which spares a short command
+            most of argparse's set-up. None builds every command's options.
+
+    Returns:
+        The root parser.
+    """
     root = Parser(prog="torchtriage", description=DESCRIPTION)
     root.add_argument("--version", action="version", version=f"torchtriage {__version__}",
                       help="Show the version and exit.")
     commands = root.add_subparsers(title="commands", dest="command", metavar="COMMAND",
                                    parser_class=Parser)
+    for spec in _COMMANDS:
+        sub = commands.add_parser(spec.name, help=spec.text.split("\n\n")[0].replace("\n", " "),
+                                  description=spec.text, **spec.parser_kwargs)
+        sub.set_defaults(handler=spec.handler)
+        if command_name is None or command_name == spec.name:
+            spec.options(sub)
+    return root
 
-    def command(name: str, handler: str, text: str, **kwargs) -> Parser:
-        sub = commands.add_parser(name, help=text.split("\n\n")[0].replace("\n", " "),
-                                  description=text, **kwargs)
-        sub.set_defaults(handler=handler)
-        return sub
 
-    def device_memory(p: Parser) -> None:
-        p.add_argument("--device-memory", metavar="SIZE",
-                       help="Device capacity for the memory rule, e.g. 80GiB (stands in for a "
-                            "GPU's memory on CPU-only traces).")
+# The options every command may share.
 
-    def top(p: Parser) -> None:
-        p.add_argument("--top", type=at_least(1), default=10, metavar="N",
-                       help="Rows in the top-ops tables (default 10).")
 
-    def as_json(p: Parser, text: str = "Print the diagnosis as JSON on stdout.") -> None:
-        p.add_argument("--json", dest="json_out", action="store_true", help=text)
+def _device_memory(p: Parser) -> None:
+    p.add_argument("--device-memory", metavar="SIZE",
+                   help="Device capacity for the memory rule, e.g. 80GiB (stands in for a "
+                        "GPU's memory on CPU-only traces).")
 
-    def html(p: Parser) -> None:
-        p.add_argument("--html", dest="html_out", type=report_path, metavar="PATH",
-                       help="Also write a self-contained HTML report (opens offline) to this "
-                            "file.")
 
-    def markdown(p: Parser) -> None:
-        p.add_argument("--md", dest="md_out", type=report_path, metavar="PATH",
-                       help="Also write a Markdown summary (for a pull-request comment) to "
-                            "this file.")
+def _top(p: Parser) -> None:
+    p.add_argument("--top", type=at_least(1), default=10, metavar="N",
+                   help="Rows in the top-ops tables (default 10).")
 
-    def strict(p: Parser) -> None:
-        p.add_argument("--strict", action="store_true",
-                       help="Fail (exit 2) when any file at the path cannot be read as a trace; "
-                            "by default such files are listed as skipped and the others are "
-                            "diagnosed.")
 
-    def store(p: Parser) -> None:
-        p.add_argument("--store", type=Path, metavar="PATH",
-                       help="Run store (SQLite) to record into and read from; default "
-                            "$TORCHTRIAGE_STORE, else ~/.local/share/torchtriage/runs.sqlite.")
+def _as_json(p: Parser, text: str = "Print the diagnosis as JSON on stdout.") -> None:
+    p.add_argument("--json", dest="json_out", action="store_true", help=text)
 
-    def min_effect(p: Parser) -> None:
-        p.add_argument("--min-effect", type=fraction, default=0.02, metavar="FRACTION",
-                       help="Smallest speedup that counts: faster/slower only when the whole "
-                            "confidence interval clears 1 +/- this (default 0.02).")
 
-    def out(p: Parser, default: str, text: str) -> None:
-        p.add_argument("--out", type=Path, default=Path(default), metavar="DIR",
-                       help=f"{text} (default {default}).")
+def _html(p: Parser) -> None:
+    p.add_argument("--html", dest="html_out", type=report_path, metavar="PATH",
+                   help="Also write a self-contained HTML report (opens offline) to this "
+                        "file.")
 
-    def timeout(p: Parser, text: str) -> None:
-        p.add_argument("--timeout", type=at_least(1, float), metavar="S", help=text)
 
-    def knob(p: Parser, text: str) -> None:
-        p.add_argument("--knob", action="append", metavar="ID=VALUE", help=text)
+def _markdown(p: Parser) -> None:
+    p.add_argument("--md", dest="md_out", type=report_path, metavar="PATH",
+                   help="Also write a Markdown summary (for a pull-request comment) to "
+                        "this file.")
 
-    def trial_counts(p: Parser, trials: int, trials_help: str, warmup_help: str) -> None:
-        """--trials, --warmup and --steps of an A/B."""
-        p.add_argument("--trials", type=at_least(2), default=trials, metavar="N",
-                       help=trials_help)
-        p.add_argument("--warmup", type=at_least(2), default=3, metavar="N", help=warmup_help)
-        p.add_argument("--steps", type=at_least(3), default=10, metavar="N",
-                       help="Measured steps per trial, at least (default 10).")
-        p.add_argument("--min-measure-s", dest="min_measure_s", type=at_least(0.0, float),
-                       default=None, metavar="S",
-                       help="Each trial measures at least this long; one process's fast steps "
-                            "run on (default: trial_min_measure_s, 1 s).")
 
-    def trailing(p: Parser, text: str) -> None:
-        p.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
-                       help=text)
+def _strict(p: Parser) -> None:
+    p.add_argument("--strict", action="store_true",
+                   help="Fail (exit 2) when any file at the path cannot be read as a trace; "
+                        "by default such files are listed as skipped and the others are "
+                        "diagnosed.")
 
-    p = command("analyze", "traces:analyze",
-                "Diagnose a Kineto trace captured elsewhere (torch.profiler, "
-                "tensorboard_trace_handler).")
+
+def _store(p: Parser) -> None:
+    p.add_argument("--store", type=Path, metavar="PATH",
+                   help="Run store (SQLite) to record into and read from; default "
+                        "$TORCHTRIAGE_STORE, else ~/.local/share/torchtriage/runs.sqlite.")
+
+
+def _min_effect(p: Parser) -> None:
+    p.add_argument("--min-effect", type=fraction, default=0.02, metavar="FRACTION",
+                   help="Smallest speedup that counts: faster/slower only when the whole "
+                        "confidence interval clears 1 +/- this (default 0.02).")
+
+
+def _out(p: Parser, default: str, text: str) -> None:
+    p.add_argument("--out", type=Path, default=Path(default), metavar="DIR",
+                   help=f"{text} (default {default}).")
+
+
+def _timeout(p: Parser, text: str) -> None:
+    p.add_argument("--timeout", type=at_least(1, float), metavar="S", help=text)
+
+
+def _knob(p: Parser, text: str) -> None:
+    p.add_argument("--knob", action="append", metavar="ID=VALUE", help=text)
+
+
+def _trial_counts(p: Parser, trials: int, trials_help: str, warmup_help: str) -> None:
+    """--trials, --warmup and --steps of an A/B."""
+    p.add_argument("--trials", type=at_least(2), default=trials, metavar="N",
+                   help=trials_help)
+    p.add_argument("--warmup", type=at_least(2), default=3, metavar="N", help=warmup_help)
+    p.add_argument("--steps", type=at_least(3), default=10, metavar="N",
+                   help="Measured steps per trial, at least (default 10).")
+    p.add_argument("--min-measure-s", dest="min_measure_s", type=at_least(0.0, float),
+                   default=None, metavar="S",
+                   help="Each trial measures at least this long; one process's fast steps "
+                        "run on (default: trial_min_measure_s, 1 s).")
+
+
+def _trailing(p: Parser, text: str) -> None:
+    p.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                   help=text)
+
+
+# Each command's options.
+
+
+def _analyze_options(p: Parser) -> None:
     p.add_argument("path", type=Path, help="A trace (.json/.json.gz) or a directory of them.")
-    as_json(p)
-    device_memory(p)
-    top(p)
-    html(p)
-    markdown(p)
-    strict(p)
+    _as_json(p)
+    _device_memory(p)
+    _top(p)
+    _html(p)
+    _markdown(p)
+    _strict(p)
 
-    p = command("report", "traces:report",
-                "Write the self-contained HTML report (default RUN_DIR/report.html): of a fix "
-                "or ab\ndirectory (fix.json, ab.json), else of the traces in it.")
+
+def _report_options(p: Parser) -> None:
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR",
                    help="A run directory (torchtriage run / profile) or any directory or file "
                         "of traces.")
-    html(p)
-    device_memory(p)
-    strict(p)
+    _html(p)
+    _device_memory(p)
+    _strict(p)
 
-    p = command("demo", "runs:demo",
-                "Profile the bundled data-starved example and print its diagnosis (CPU, "
-                "~10 s).")
-    out(p, "torchtriage-demo", "Run directory for the trace and report")
-    as_json(p)
 
-    p = command("run", "runs:run",
-                "Profile an unmodified script: torchtriage run [OPTIONS] -- python train.py "
-                "ARGS\n(or -- torchrun --nproc_per_node=N train.py ARGS).")
-    out(p, "torchtriage-run", "Run directory (traces, records, diagnosis.json)")
+def _demo_options(p: Parser) -> None:
+    _out(p, "torchtriage-demo", "Run directory for the trace and report")
+    _as_json(p)
+
+
+def _run_options(p: Parser) -> None:
+    _out(p, "torchtriage-run", "Run directory (traces, records, diagnosis.json)")
     p.add_argument("--steps", type=at_least(1), metavar="N",
                    help="Stop the script cleanly after N training steps in all (skipped ones "
                         "too).")
@@ -241,54 +279,51 @@ def build_parser() -> Parser:
     p.add_argument("--stop-after-window", action="store_true",
                    help="Stop the script cleanly once the steady-state window is profiled and "
                         "checked (a long job's diagnosis, then exit).")
-    timeout(p, "Stop the command after S seconds, keeping what was recorded.")
-    knob(p, "Apply a knob (repeatable); see `torchtriage knobs`.")
-    as_json(p, "Print the diagnosis as JSON on stdout (the script's own output goes to "
+    _timeout(p, "Stop the command after S seconds, keeping what was recorded.")
+    _knob(p, "Apply a knob (repeatable); see `torchtriage knobs`.")
+    _as_json(p, "Print the diagnosis as JSON on stdout (the script's own output goes to "
                "stderr).")
-    device_memory(p)
-    top(p)
-    store(p)
-    html(p)
-    trailing(p, "The training command, after --.")
+    _device_memory(p)
+    _top(p)
+    _store(p)
+    _html(p)
+    _trailing(p, "The training command, after --.")
 
-    p = command("compare", "traces:compare",
-                "Compare two profiles: speedup with a confidence interval, where the time "
-                "went, op and\nkernel deltas.")
+
+def _compare_options(p: Parser) -> None:
     p.add_argument("a", type=Path, metavar="A",
                    help="Baseline: trace file, trace directory or run directory.")
     p.add_argument("b", type=Path, metavar="B", help="Candidate, the same kinds.")
-    as_json(p, "Print the comparison as JSON.")
+    _as_json(p, "Print the comparison as JSON.")
     p.add_argument("--fail-on-regression", metavar="PCT",
                    help="Exit 1 when B is significantly slower than A by more than PCT (e.g. "
                         "5%%).")
-    min_effect(p)
-    device_memory(p)
-    store(p)
-    html(p)
-    markdown(p)
-    strict(p)
+    _min_effect(p)
+    _device_memory(p)
+    _store(p)
+    _html(p)
+    _markdown(p)
+    _strict(p)
 
-    p = command("ab", "runs:ab",
-                "A/B-test knobs on an unmodified script: torchtriage ab --knob ID=VALUE -- "
-                "python\ntrain.py ARGS. Interleaved trials, bootstrap CI, loss parity.")
-    out(p, "torchtriage-ab", "Directory for ab.json, trials.jsonl and the trial logs")
-    knob(p, "Knob for the candidate arm (repeatable). None: an A/A noise test.")
+
+def _ab_options(p: Parser) -> None:
+    _out(p, "torchtriage-ab", "Directory for ab.json, trials.jsonl and the trial logs")
+    _knob(p, "Knob for the candidate arm (repeatable). None: an A/A noise test.")
     p.add_argument("--candidate", metavar="COMMAND",
                    help="The candidate's own command (a hand-written fix), quoted.")
-    trial_counts(p, 5, "Processes per arm (default 5).",
+    _trial_counts(p, 5, "Processes per arm (default 5).",
                  "Steps before measuring (at least 5 with compile.mode; default 3).")
-    timeout(p, "Seconds per trial.")
-    min_effect(p)
-    as_json(p, "Print ab.json on stdout, no progress.")
-    store(p)
-    html(p)
-    markdown(p)
-    trailing(p, "The training command, after --.")
+    _timeout(p, "Seconds per trial.")
+    _min_effect(p)
+    _as_json(p, "Print ab.json on stdout, no progress.")
+    _store(p)
+    _html(p)
+    _markdown(p)
+    _trailing(p, "The training command, after --.")
 
-    p = command("fix", "runs:fix",
-                "Diagnose, try the bottleneck's fixes cheapest first, keep what an A/B "
-                "proves:\ntorchtriage fix --out DIR -- python train.py ARGS.")
-    out(p, "torchtriage-fix", "Directory for fix.json, fix.md, fix.patch (when a kept fix is "
+
+def _fix_options(p: Parser) -> None:
+    _out(p, "torchtriage-fix", "Directory for fix.json, fix.md, fix.patch (when a kept fix is "
         "a code edit) and every profile and A/B")
     p.add_argument("--budget", default="10m", metavar="DURATION",
                    help="Wall-clock budget, e.g. 90s, 10m, 1h (default 10m).")
@@ -298,36 +333,79 @@ def build_parser() -> Parser:
                    help="Try only these prescriptions, or a knob's (e.g. "
                         "dataloader.num_workers, compile.mode), where the diagnosis "
                         "prescribes them (default: every one).")
-    trial_counts(p, 4, "Most trials per arm of each A/B (they stop earlier when the answer "
+    _trial_counts(p, 4, "Most trials per arm of each A/B (they stop earlier when the answer "
                  "is clear; default 4).", "Steps before measuring (default 3).")
-    timeout(p, "Seconds per trial or profile run.")
-    min_effect(p)
-    as_json(p, "Print fix.json on stdout, no progress.")
-    device_memory(p)
-    store(p)
-    html(p)
-    trailing(p, "The training command, after --.")
+    _timeout(p, "Seconds per trial or profile run.")
+    _min_effect(p)
+    _as_json(p, "Print fix.json on stdout, no progress.")
+    _device_memory(p)
+    _store(p)
+    _html(p)
+    _trailing(p, "The training command, after --.")
 
-    p = command("history", "documents:history",
-                "List recorded runs, A/B experiments and comparisons (newest first).")
+
+def _history_options(p: Parser) -> None:
     p.add_argument("--limit", type=at_least(1), default=20, metavar="N",
                    help="Most recent runs to list (default 20).")
     p.add_argument("--kind", help="Only runs of this kind: run, ab, compare, fix.")
-    as_json(p, "Print the runs as JSON.")
-    store(p)
+    _as_json(p, "Print the runs as JSON.")
+    _store(p)
 
-    p = command("show", "documents:show",
-                "Show a recorded result again: an A/B verdict, a comparison, a run's "
-                "diagnosis.")
+
+def _show_options(p: Parser) -> None:
     p.add_argument("run_id", type=int, metavar="ID", help="Run id from `torchtriage history`.")
-    as_json(p, "Print the stored result as JSON.")
-    store(p)
+    _as_json(p, "Print the stored result as JSON.")
+    _store(p)
 
-    command("knobs", "documents:knobs", "List the knobs `run --knob` accepts.")
 
-    p = command("schema", "documents:schema",
-                "Print the JSON Schema of one of torchtriage's JSON documents.",
-                epilog_factory=_schema_epilog)
+def _knobs_options(p: Parser) -> None:
+    """``knobs`` takes no options."""
+
+
+def _schema_options(p: Parser) -> None:
     p.add_argument("document", nargs="?", default="diagnosis", metavar="DOCUMENT",
                    help="The document (default diagnosis); the list is below.")
-    return root
+
+
+_COMMANDS: tuple[CommandSpec, ...] = (
+    CommandSpec("analyze", "traces:analyze",
+                "Diagnose a Kineto trace captured elsewhere (torch.profiler, "
+                "tensorboard_trace_handler).",
+                _analyze_options),
+    CommandSpec("report", "traces:report",
+                "Write the self-contained HTML report (default RUN_DIR/report.html): of a fix "
+                "or ab\ndirectory (fix.json, ab.json), else of the traces in it.",
+                _report_options),
+    CommandSpec("demo", "runs:demo",
+                "Profile the bundled data-starved example and print its diagnosis (CPU, "
+                "~10 s).",
+                _demo_options),
+    CommandSpec("run", "runs:run",
+                "Profile an unmodified script: torchtriage run [OPTIONS] -- python train.py "
+                "ARGS\n(or -- torchrun --nproc_per_node=N train.py ARGS).",
+                _run_options),
+    CommandSpec("compare", "traces:compare",
+                "Compare two profiles: speedup with a confidence interval, where the time "
+                "went, op and\nkernel deltas.",
+                _compare_options),
+    CommandSpec("ab", "runs:ab",
+                "A/B-test knobs on an unmodified script: torchtriage ab --knob ID=VALUE -- "
+                "python\ntrain.py ARGS. Interleaved trials, bootstrap CI, loss parity.",
+                _ab_options),
+    CommandSpec("fix", "runs:fix",
+                "Diagnose, try the bottleneck's fixes cheapest first, keep what an A/B "
+                "proves:\ntorchtriage fix --out DIR -- python train.py ARGS.",
+                _fix_options),
+    CommandSpec("history", "documents:history",
+                "List recorded runs, A/B experiments and comparisons (newest first).",
+                _history_options),
+    CommandSpec("show", "documents:show",
+                "Show a recorded result again: an A/B verdict, a comparison, a run's "
+                "diagnosis.",
+                _show_options),
+    CommandSpec("knobs", "documents:knobs", "List the knobs `run --knob` accepts.",
+                _knobs_options),
+    CommandSpec("schema", "documents:schema",
+                "Print the JSON Schema of one of torchtriage's JSON documents.",
+                _schema_options, {"epilog_factory": _schema_epilog}),
+)
