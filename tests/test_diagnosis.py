@@ -342,7 +342,95 @@ def test_scalar_reads_of_cpu_tensors_are_host_work_not_syncs(tmp_path):
     assert transfers.cpu_scalar_reads_per_step == 64
     assert "host.cpu_scalar_reads" in {f.id for f in d.findings}
     syncs = next(f for f in d.findings if f.id == "host.syncs")
-    assert "aten::item 1" in syncs.message and "64" not in syncs.message
+    assert "1 in aten::item (a scalar read" in syncs.message and "64" not in syncs.message
+
+
+def _sync_kinds_body(base: float) -> list[dict]:
+    """One step that syncs four ways: an input copy from pageable memory, loss.item(),
+    x[mask] and torch.cuda.synchronize()."""
+    c = int(base // 10)  # correlation ids unique per step
+    return [
+        x("aten::to", base + 100, 900), x("aten::_to_copy", base + 110, 880),
+        x("aten::copy_", base + 120, 860),
+        x("cudaMemcpyAsync", base + 130, 20, cat="cuda_runtime", correlation=c + 1),
+        x("cudaStreamSynchronize", base + 200, 700, cat="cuda_runtime"),
+        x("Memcpy HtoD (Pageable -> Device)", base + 150, 600, cat="gpu_memcpy", pid=0,
+          tid=7, correlation=c + 1),
+        x("aten::item", base + 3_000, 900), x("aten::_local_scalar_dense", base + 3_010, 880),
+        x("cudaMemcpyAsync", base + 3_020, 30, cat="cuda_runtime", correlation=c + 2),
+        x("cudaStreamSynchronize", base + 3_060, 800, cat="cuda_runtime"),
+        x("Memcpy DtoH (Device -> Pageable)", base + 3_800, 10, cat="gpu_memcpy", pid=0,
+          tid=7, correlation=c + 2),
+        x("aten::index", base + 5_000, 500), x("aten::nonzero", base + 5_010, 480),
+        x("cudaStreamSynchronize", base + 5_100, 300, cat="cuda_runtime"),
+        x("cudaDeviceSynchronize", base + 7_000, 500, cat="cuda_runtime"),
+        x("sm90_xmma_gemm_f32", base + 1_000, 1_500, cat="kernel", pid=0, tid=7),
+    ]
+
+
+_H200 = {"deviceProperties": [{"id": 0, "name": "H200", "computeMajor": 9}]}
+
+
+def test_syncs_are_named_by_what_the_code_asked_for(tmp_path):
+    """Each sync is placed in the op that waited and named by its outermost operator: the
+    input copy (from pageable memory: pinned memory and non_blocking remove it), the scalar
+    read, the data-dependent shape and the bare synchronize are four different fixes. The
+    exposed input copy makes loading significant: pinned memory and non-blocking copies are
+    prescribed there, and sync.remove counts the other three, with the code for the kind found
+    most (here each once: the first of SYNC_KINDS, the data-dependent shape)."""
+    d = diagnose(load_trace(write_trace(tmp_path / "t.json", _steps(3, _sync_kinds_body),
+                                        **_H200)))
+    sites = {(s.kind, s.op, s.waits_in, s.per_step) for s in d.gpu.transfers.sync_sources}
+    assert sites == {("copy_to_device", "aten::to", "aten::copy_", 1.0),
+                     ("scalar_read", "aten::item", "aten::_local_scalar_dense", 1.0),
+                     ("data_dependent", "aten::index", "aten::nonzero", 1.0),
+                     ("outside_ops", "", "", 1.0)}
+    syncs = next(f for f in d.findings if f.id == "host.syncs")
+    assert syncs.message.startswith("4 host-device syncs per step: ")
+    assert "1 in aten::to (a copy to the device that waits for it" in syncs.message
+    assert "1 in no op (outside any op: torch.cuda.synchronize()" in syncs.message
+    assert d.primary == "host"
+    (remedy,) = [p for p in d.prescriptions if p.id == "sync.remove"]
+    assert remedy.reason.startswith("3 syncs per step: ") and "aten::to" not in remedy.reason
+    assert remedy.code.startswith("x = torch.where(mask, x, 0)")
+    assert "h2d.non_blocking" in [p.id for p in d.prescriptions]
+
+
+def test_input_copy_syncs_are_left_to_the_loader_fixes_when_loading_is_significant(tmp_path):
+    """With significant loading, the data-loading rule prescribes pinned memory and
+    non-blocking copies; sync.remove then counts only the other syncs."""
+    def copies_only(base):
+        c = int(base // 10)
+        return [
+            x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", base + 6_000,
+              2_500, cat="user_annotation"),
+            x("aten::to", base + 100, 900), x("aten::copy_", base + 120, 860),
+            x("cudaMemcpyAsync", base + 130, 20, cat="cuda_runtime", correlation=c + 1),
+            x("cudaStreamSynchronize", base + 200, 700, cat="cuda_runtime"),
+            x("Memcpy HtoD (Pageable -> Device)", base + 150, 600, cat="gpu_memcpy", pid=0,
+              tid=7, correlation=c + 1),
+            x("sm90_xmma_gemm_f32", base + 1_000, 4_000, cat="kernel", pid=0, tid=7),
+        ]
+
+    d = diagnose(load_trace(write_trace(tmp_path / "t.json", _steps(3, copies_only), **_H200)))
+    assert [(s.kind, s.per_step) for s in d.gpu.transfers.sync_sources] == [
+        ("copy_to_device", 1.0)]
+    ids = [p.id for p in d.prescriptions]
+    assert "h2d.non_blocking" in ids and "sync.remove" not in ids
+    (held,) = [w for w in d.withheld if w.id == "sync.remove"]
+    assert "copies to the device" in held.reason and "h2d.non_blocking" in held.reason
+
+
+def test_a_real_traces_input_copy_syncs_get_pinned_memory_not_item(shared_traces):
+    """Kineto's resnet50 example: two syncs a step, both in ``aten::to`` of a pageable batch.
+    The prescription was the catalog's ``.item()`` advice."""
+    trace = next((shared_traces / "kineto" / "resnet50_num_workers_4").glob("*.json.gz"))
+    d = diagnose(load_trace(trace))
+    assert [(s.kind, s.op, s.per_step) for s in d.gpu.transfers.sync_sources] == [
+        ("copy_to_device", "aten::to", 2.0)]
+    (remedy,) = [p for p in d.prescriptions if p.id == "sync.remove"]
+    assert "pin_memory=True" in remedy.code and "non_blocking=True" in remedy.code
+    assert ".item()" not in remedy.code and "2 in aten::to" in remedy.reason
 
 
 def test_out_of_memory_without_a_trace_reads_the_error():

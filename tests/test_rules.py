@@ -174,3 +174,15 @@ def test_fused_is_withheld_from_an_optimizer_torch_cannot_fuse(tmp_path):
     assert "optimizer.fused" not in [p.id for p in d.prescriptions]
     (held,) = [w for w in d.withheld if w.id == "optimizer.fused"]
     assert held.reason.startswith("Adadelta has no fused implementation in torch"), held.reason
+
+
+def test_every_kind_of_sync_has_words_and_a_fix():
+    """The analysis's kinds of sync, the document's and the host rule's table are one list."""
+    from typing import get_args
+
+    from torchtriage.analysis import transfers
+    from torchtriage.diagnosis import vocabulary
+    from torchtriage.diagnosis.rules.host import SYNC_KINDS
+
+    kinds = get_args(transfers.SyncKind)
+    assert kinds == get_args(vocabulary.SyncKind) and set(kinds) == set(SYNC_KINDS)

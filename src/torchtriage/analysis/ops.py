@@ -15,12 +15,14 @@ def _is_step_marker(name: str) -> bool:
 
 
 class OpNesting(msgspec.Struct, frozen=True):
-    """For the host ops (``cpu_op``) of a trace: row indices, self time, depth, subtree max."""
+    """For the host ops (``cpu_op``) of a trace: row indices, self time, depth, subtree max,
+    and each op's direct parent."""
 
     rows: np.ndarray  # int64 rows of the event table
     self_us: np.ndarray  # float64 duration minus direct children's durations
     depth: np.ndarray  # int32, 0 = outermost op on its thread
     max_self_us: np.ndarray  # float64 largest self time in the op's subtree (itself included)
+    parent: np.ndarray  # int64 index into ``rows`` of the direct parent, -1 at a root
 
 
 class OpStat(msgspec.Struct, frozen=True):
@@ -43,7 +45,7 @@ def op_nesting(trace: Trace) -> OpNesting:
     if rows.size == 0:
         empty = np.zeros(0)
         return OpNesting(rows=rows, self_us=empty, depth=empty.astype(np.int32),
-                         max_self_us=empty)
+                         max_self_us=empty, parent=rows.copy())
     order = np.lexsort((-ev.dur[rows], ev.ts[rows], ev.thread_id[rows]))
     rows = rows[order]
     tid, start, dur = ev.thread_id[rows], ev.ts[rows], ev.dur[rows]
@@ -63,7 +65,48 @@ def op_nesting(trace: Trace) -> OpNesting:
     for level in levels:
         if depth[level[0]] > 0:  # roots have no parent to pass their maximum to
             np.maximum.at(max_self, parent[level], max_self[level])
-    return OpNesting(rows=rows, self_us=self_us, depth=depth, max_self_us=max_self)
+    return OpNesting(rows=rows, self_us=self_us, depth=depth, max_self_us=max_self,
+                     parent=parent)
+
+
+def innermost_ops(trace: Trace, nesting: OpNesting, rows: np.ndarray) -> np.ndarray:
+    """For each event of ``rows`` (runtime calls, say): the innermost host op on its thread
+    that contains it, as an index into ``nesting.rows``, -1 where none does.
+
+    The events are placed among the ops of their thread in start order (ties: the longer
+    first, so an op that starts with an event contains it); an event's innermost container is
+    the latest earlier op still running when it starts (the search that finds an op's parent
+    in :func:`op_nesting`). Its other containers follow by ``nesting.parent`` (:func:`ancestors`).
+    """
+    ev = trace.events
+    ops = nesting.rows
+    if not rows.size or not ops.size:
+        return np.full(rows.size, -1, dtype=np.int64)
+    tid = np.concatenate([ev.thread_id[ops], ev.thread_id[rows]])
+    start = np.concatenate([ev.ts[ops], ev.ts[rows]])
+    dur = np.concatenate([ev.dur[ops], ev.dur[rows]])
+    order = np.lexsort((-dur, start, tid))
+    tid, start, dur = tid[order], start[order], dur[order]
+    n = order.size
+    new_thread = np.ones(n, dtype=bool)
+    new_thread[1:] = tid[1:] != tid[:-1]
+    first = np.maximum.accumulate(np.where(new_thread, np.arange(n), 0))
+    # the queried events contain nothing (an end before every start)
+    end = np.where(order < ops.size, start + dur, -np.inf)
+    found = _latest_still_running(start, end, first)
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n)
+    at = found[position[ops.size:]]
+    return np.where(at >= 0, order[np.maximum(at, 0)], -1)
+
+
+def ancestors(nesting: OpNesting, op: int) -> list[int]:
+    """``op`` (an index into ``nesting.rows``) and the ops that contain it, innermost first."""
+    chain = []
+    while op >= 0:
+        chain.append(op)
+        op = int(nesting.parent[op])
+    return chain
 
 
 def _latest_still_running(start: np.ndarray, end: np.ndarray, first: np.ndarray

@@ -10,17 +10,30 @@ A sync is a call that waits for the device: the runtime's synchronize calls, and
 synchronize or a synchronous copy) runs inside it on the same thread. A scalar read of a CPU
 tensor (indexing a numpy memmap with 0-d tensors, say) waits for nothing: it is counted apart,
 as host work, with its time.
+
+Where the syncs come from (:func:`sync_sources`): each blocking runtime call in the analysed
+steps is placed in the innermost host op that contains it (one sync per op: a synchronous
+copy and a synchronize inside one ``aten::copy_`` wait once), and the op's chain of
+containers says what the code asked for: an op with a data-dependent output shape
+(``aten::nonzero``, ``masked_select``, ``unique``, ...) anywhere in it, a scalar read, a copy
+whose device copy (joined by correlation) goes host-to-device (``x.to(device)`` from pageable
+memory or without ``non_blocking``) or device-to-host (``.cpu()``, ``.tolist()``), or no op at
+all (``torch.cuda.synchronize()``, an event's or a stream's ``synchronize()``). The site
+named is the outermost operator (a name with ``::``) of the chain: the call the code made.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from typing import Literal
 
 import msgspec
 import numpy as np
 
+from torchtriage.analysis.correlation import runtime_for
 from torchtriage.analysis.intervals import unique
-from torchtriage.analysis.ops import in_steps
+from torchtriage.analysis.ops import OpNesting, ancestors, in_steps, innermost_ops
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import EventKind, Trace
 
@@ -34,6 +47,24 @@ _SYNC_COPY_API = re.compile(r"^(cuda|hip)Memcpy(2D|3D)?$")
 _H2D = re.compile(r"HtoD|HostToDevice", re.I)
 _D2H = re.compile(r"DtoH|DeviceToHost", re.I)
 _D2D = re.compile(r"DtoD|DeviceToDevice|PtoP", re.I)
+COPY_OPS = ("aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::_to_copy",
+            "aten::to")
+# ops whose output shape depends on the data: the host reads a count from the device
+DATA_DEPENDENT_OPS = ("aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique",
+                      "aten::_unique2", "aten::unique_consecutive", "aten::unique_dim",
+                      "aten::unique_dim_consecutive", "aten::repeat_interleave",
+                      "aten::bincount")
+SyncKind = Literal["data_dependent", "scalar_read", "copy_to_device", "copy_to_host",
+                   "outside_ops", "other"]
+
+
+class SyncSource(msgspec.Struct, frozen=True):
+    """Syncs of one kind at one site, over the analysed steps."""
+
+    kind: SyncKind
+    op: str  # the outermost operator the syncs run inside (the code's call); "" outside ops
+    waits_in: str  # the innermost op that waited; "" outside ops
+    count: int
 
 
 class CopyStats(msgspec.Struct, frozen=True):
@@ -51,9 +82,10 @@ class Transfers(msgspec.Struct, frozen=True):
     syncs_per_step: dict[str, float] = msgspec.field(default_factory=dict)  # call -> count per step
     cpu_scalar_reads_per_step: float = 0.0  # scalar reads that waited for no device work
     cpu_scalar_read_us_per_step: float = 0.0
+    sync_sources: list[SyncSource] = msgspec.field(default_factory=list)  # most syncs first
 
 
-def transfers(trace: Trace, steps: StepWindows) -> Transfers:
+def transfers(trace: Trace, steps: StepWindows, nesting: OpNesting) -> Transfers:
     ev = trace.events
     copies = np.flatnonzero(ev.kind == EventKind.MEMCPY)
     copies = copies[in_steps(ev.ts[copies], steps)]
@@ -92,7 +124,65 @@ def transfers(trace: Trace, steps: StepWindows) -> Transfers:
         syncs_per_step=syncs,
         cpu_scalar_reads_per_step=round(cpu_reads / n_steps, 2),
         cpu_scalar_read_us_per_step=round(cpu_read_us / n_steps, 3),
+        sync_sources=sync_sources(trace, steps, nesting, blocking),
     )
+
+
+def sync_sources(trace: Trace, steps: StepWindows, nesting: OpNesting,
+                 blocking: np.ndarray) -> list[SyncSource]:
+    """The syncs among ``blocking`` runtime calls in the analysed steps, by kind and site."""
+    ev = trace.events
+    blocking = blocking[in_steps(ev.ts[blocking], steps)]
+    if not blocking.size:
+        return []
+    inner = innermost_ops(trace, nesting, blocking)
+    waits = sorted(set(inner[inner >= 0].tolist()))
+    directions = _copy_directions(trace, steps, nesting, waits)
+
+    def name(op: int) -> str:
+        return ev.names[ev.name_id[nesting.rows[op]]]
+
+    counts: Counter[tuple[str, str, str]] = Counter()
+    counts.update(("outside_ops", "", "") for _ in range(int((inner < 0).sum())))
+    for op in waits:  # one sync per op that waited
+        chain = [name(i) for i in ancestors(nesting, op)]
+        calls = [n for n in chain if "::" in n]
+        site = calls[-1] if calls else chain[-1]
+        counts[(_sync_kind(chain, directions.get(op)), site, chain[0])] += 1
+    return [SyncSource(kind=kind, op=op, waits_in=inner_name, count=n)  # type: ignore[arg-type]
+            for (kind, op, inner_name), n in counts.most_common()]
+
+
+def _sync_kind(chain: list[str], direction: str | None) -> str:
+    if any(n in DATA_DEPENDENT_OPS for n in chain):
+        return "data_dependent"
+    if any(n in SCALAR_READS for n in chain):
+        return "scalar_read"
+    if chain[0] in COPY_OPS and direction in ("h2d", "d2h"):
+        return "copy_to_device" if direction == "h2d" else "copy_to_host"
+    return "other"
+
+
+def _copy_directions(trace: Trace, steps: StepWindows, nesting: OpNesting,
+                     ops: list[int]) -> dict[int, str]:
+    """For the ops of ``ops`` (indices into ``nesting.rows``) that issued a device copy: its
+    direction, "h2d", "d2h" or "d2d" (the copy is joined to its runtime call by correlation,
+    the call to the innermost op that contains it)."""
+    ev = trace.events
+    copies = np.flatnonzero(ev.kind == EventKind.MEMCPY)
+    copies = copies[in_steps(ev.ts[copies], steps)]
+    calls = runtime_for(trace, copies)
+    copies, calls = copies[calls >= 0], calls[calls >= 0]
+    if not copies.size or not ops:
+        return {}
+    issuer = innermost_ops(trace, nesting, calls)
+    wanted = np.isin(issuer, ops)
+    out: dict[int, str] = {}
+    for op, row in zip(issuer[wanted].tolist(), copies[wanted].tolist(), strict=True):
+        copy = ev.names[ev.name_id[row]]
+        out.setdefault(op, "h2d" if _H2D.search(copy) else "d2h" if _D2H.search(copy)
+                       else "d2d")
+    return out
 
 
 def _contains(ev, rows: np.ndarray, inner: np.ndarray) -> np.ndarray:

@@ -148,6 +148,12 @@ class AutoRun:
 
         def excepthook(kind, value, tb):
             self._exception = value  # so finish() can tell an OOM from other crashes
+            if hasattr(signal, "SIGCHLD") and threading.current_thread() is threading.main_thread():
+                # The script is ending: torch's DataLoader raises from its SIGCHLD handler when
+                # a worker dies, and a second worker's exit then interrupted the report of the
+                # first error with "Error in sys.excepthook" and a traceback (seen under load in
+                # tests/test_interrupt.py)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             previous_hook(kind, value, tb)
 
         sys.excepthook = excepthook

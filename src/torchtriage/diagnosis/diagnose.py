@@ -19,7 +19,7 @@ from torchtriage.analysis.idle import comm_compute_overlap, idle_breakdown, temp
 from torchtriage.analysis.kernels import device_ops
 from torchtriage.analysis.launch import launch_stats
 from torchtriage.analysis.memory import memory_peaks
-from torchtriage.analysis.ops import OpStat, op_nesting, top_device_ops, top_host_ops
+from torchtriage.analysis.ops import OpNesting, OpStat, op_nesting, top_device_ops, top_host_ops
 from torchtriage.analysis.shapes import dynamic_shape_ops
 from torchtriage.analysis.sharding import sharding
 from torchtriage.analysis.steps import StepWindows, find_steps
@@ -207,7 +207,7 @@ def build_facts(trace: Trace, *, device_memory: int | None = None, oom: bool = F
         layer_us=layer_us, small_op_us=small, profiler_overhead=overhead,
         memory=_memory_with_capacity(trace, device_memory, steps), oom=oom,
         out_of_memory=out_of_memory,
-        device=_device_evidence(trace, steps) if gpu else None,
+        device=_device_evidence(trace, steps, nesting) if gpu else None,
         machine=_machine(machine),
         collectives=collectives,
         sharding=sharding(trace, steps, collectives, steps.main_thread),
@@ -277,13 +277,14 @@ def _machine(summary: dict | r.MachineInfo | None) -> r.MachineInfo | None:
     return r.MachineInfo(**{k: v for k, v in summary.items() if k in fields})
 
 
-def _device_evidence(trace: Trace, steps: StepWindows) -> rules.DeviceEvidence:
+def _device_evidence(trace: Trace, steps: StepWindows, nesting: OpNesting
+                     ) -> rules.DeviceEvidence:
     ops = device_ops(trace, steps)
     busy, _ = busy_time(trace, ops, steps)
     return rules.DeviceEvidence(
         ops=ops, classes=class_times(trace, ops),
         launches=launch_stats(trace, ops, steps, th.SHORT_KERNEL_US.value),
-        transfers=transfers(trace, steps), busy_us=busy,
+        transfers=transfers(trace, steps, nesting), busy_us=busy,
     )
 
 
@@ -346,7 +347,11 @@ def _gpu_report(trace: Trace, facts: rules.Facts, top: int) -> r.GpuReport:
                                   syncs_per_step=moved.syncs_per_step,
                                   cpu_scalar_reads_per_step=moved.cpu_scalar_reads_per_step,
                                   cpu_scalar_read_ms_per_step=round(
-                                      moved.cpu_scalar_read_us_per_step / 1e3, 3)),
+                                      moved.cpu_scalar_read_us_per_step / 1e3, 3),
+                                  sync_sources=[r.SyncSite(
+                                      kind=src.kind, op=src.op, waits_in=src.waits_in,
+                                      per_step=round(src.count / max(len(facts.steps), 1), 2))
+                                      for src in moved.sync_sources]),
     )
 
 

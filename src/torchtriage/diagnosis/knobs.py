@@ -274,16 +274,16 @@ NOT_INJECTED: dict[str, str] = {
                              "step), a training decision the loop does not make for you: "
                              "`with model.no_sync(): loss.backward()` for k-1 of every k "
                              "micro-batches",
-    "sync.remove": "the script reads a device value on the host every step (e.g. "
-                   "`loss.item()`); only a code change can defer it: log `loss.detach()` and "
-                   "call `.item()` every N steps",
     "memory.expandable_segments": "an allocator setting the process reads before CUDA starts, "
                                   "which the loop does not set for you: run the job with "
                                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
 }
 # prescriptions that need a code change: reported with their catalog code (memory ones as
 # rungs of the memory ladder)
-CODE_CHANGES: tuple[str, ...] = ("kernel.custom", "fsdp.prefetch", "fsdp.wrap_granularity")
+# (sync.remove's code is the diagnosis's, for the kind of sync it found: a scalar read, a copy,
+# a data-dependent shape, torch.cuda.synchronize())
+CODE_CHANGES: tuple[str, ...] = ("sync.remove", "kernel.custom", "fsdp.prefetch",
+                                 "fsdp.wrap_granularity")
 
 
 def reseeds_workers(knobs: Mapping[str, Any]) -> bool:

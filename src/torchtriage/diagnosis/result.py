@@ -18,6 +18,7 @@ from torchtriage.diagnosis.vocabulary import (
     Layer,
     PrimaryRuleBranch,
     Severity,
+    SyncKind,
     TraceMode,
 )
 from torchtriage.document import JsonDocument
@@ -203,6 +204,15 @@ class Copies(msgspec.Struct, kw_only=True):
     time_ms: float
 
 
+class SyncSite(msgspec.Struct, kw_only=True):
+    """Host-device syncs of one kind at one site, per analysed step."""
+
+    kind: SyncKind
+    op: str  # the outermost operator they run inside (the code's call); "" outside any op
+    waits_in: str  # the innermost op that waited; "" outside any op
+    per_step: float
+
+
 class TransfersInfo(msgspec.Struct, kw_only=True):
     h2d: Copies
     d2h: Copies
@@ -211,6 +221,7 @@ class TransfersInfo(msgspec.Struct, kw_only=True):
     syncs_per_step: dict[str, float]  # calls that waited for the device, per step
     cpu_scalar_reads_per_step: float = 0.0  # .item() of CPU tensors: host work, not syncs
     cpu_scalar_read_ms_per_step: float = 0.0
+    sync_sources: list[SyncSite] = msgspec.field(default_factory=list)  # most first
 
 
 class GpuReport(msgspec.Struct, kw_only=True):

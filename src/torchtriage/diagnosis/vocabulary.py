@@ -23,6 +23,9 @@ PrimaryRuleBranch = Literal["out_of_memory", "memory_near_capacity", "contended_
 DataQualityKind = Literal["missing_ts", "negative_duration", "duration_past_span", "duplicate",
                           "zero_length_step"]
 DataQualityAction = Literal["dropped", "clamped to 0", "left out of the steps"]
+# What a host-device sync was for (analysis/transfers.py sync_sources, the same list).
+SyncKind = Literal["data_dependent", "scalar_read", "copy_to_device", "copy_to_host",
+                   "outside_ops", "other"]
 
 LAYERS: dict[str, str] = {
     "data_loading": "the input pipeline: DataLoader work or waits, host-to-device input copies",

@@ -333,7 +333,8 @@ def _gpu(d: Diagnosis) -> list[RenderableType]:
     lines.append(f"Copies: H2D {tr.h2d.count} ({tr.h2d.pageable} pageable, "
                  f"{tr.h2d.bytes / 2**20:,.1f} MiB), D2H {tr.d2h.count} ({tr.d2h.pageable} "
                  f"pageable), D2D {tr.d2d.count}; syncs/step: "
-                 + (", ".join(f"{k} {v:g}" for k, v in tr.syncs_per_step.items()) or "none"))
+                 + (", ".join(f"{src.per_step:g} in {src.op or 'no op'} ({src.kind})"
+                              for src in tr.sync_sources) or "none"))
     classes = Table(title="Device time by kernel class", box=box.SIMPLE_HEAD,
                     title_justify="left")
     for col in ("class", "count", "ms", "share", "tensor-core ms", "no tensor core ms"):

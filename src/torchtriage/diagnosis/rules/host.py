@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import msgspec
 
 from torchtriage.analysis.categories import optimizer_own_intervals
 from torchtriage.analysis.intervals import covered_within, covers
 from torchtriage.analysis.ops import in_steps
 from torchtriage.analysis.steps import OPTIMIZER_STEP_PREFIX
-from torchtriage.analysis.transfers import SYNC_CALLS
+from torchtriage.analysis.transfers import SyncKind, SyncSource
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID
 from torchtriage.diagnosis.result import Evidence, Finding
@@ -83,15 +85,16 @@ def _host(f: Facts) -> Verdict:
                 message=f"{short:.0%} of {launches.kernels_per_step:.0f} kernels per step run "
                         f"shorter than {th.SHORT_KERNEL_US.value:.0f} µs and are launched one "
                         "by one: the GPU waits on the host."))
-        syncs = {k: n for k, n in f.device.transfers.syncs_per_step.items() if k in SYNC_CALLS}
-        syncs_per_step = max(syncs.values(), default=0.0)
+        sources = f.device.transfers.sync_sources
+        steps = max(len(f.steps), 1)
+        syncs_per_step = round(sum(src.count for src in sources) / steps, 2)
         v.evidence.append(Evidence(metric="host_syncs_per_step", value=syncs_per_step,
                                    unit="syncs"))
-        if syncs:
-            listed = ", ".join(f"{k} {n:g}" for k, n in sorted(syncs.items()))
+        if sources:
             v.findings.append(Finding(
                 id="host.syncs", severity="warning" if syncs_per_step >= 1 else "info",
-                layer="host", message=f"Host-device syncs per step: {listed}."))
+                layer="host", message=f"{syncs_per_step:g} host-device syncs per step: "
+                                      f"{_sync_sites(sources, steps)}."))
         reads = f.device.transfers.cpu_scalar_reads_per_step
         if reads >= 1:
             read_ms = f.device.transfers.cpu_scalar_read_us_per_step / 1e3
@@ -130,12 +133,74 @@ def _host(f: Facts) -> Verdict:
             v.withheld.append((BY_ID["optimizer.fused"],
                                f"the optimizer already runs multi-tensor (foreach) kernels and "
                                f"takes {work.share:.0%} of step time", [multi, own]))
-    if syncs_per_step >= 1:
-        v.remedies.append((BY_ID["sync.remove"], f"{syncs_per_step:g} syncs per step"))
+    if syncs_per_step >= 1 and f.device is not None:
+        _sync_remedy(f, v)
     v.remedies.append((BY_ID["compile.reduce_overhead"],
                        "many small ops: fewer launches per step" if f.gpu else
                        "many small ops: compiled graphs skip per-op dispatch"))
     return v
+
+
+# What each kind of sync is (analysis/transfers.py) and the code change that removes it.
+SYNC_KINDS: dict[SyncKind, tuple[str, str]] = {
+    "data_dependent": ("an output shape that depends on the data: the host reads a count",
+                       "x = torch.where(mask, x, 0)  # not x[mask]; repeat_interleave(..., "
+                       "output_size=n)"),
+    "scalar_read": ("a scalar read: .item(), float(t), or a tensor in an if",
+                    BY_ID["sync.remove"].code),
+    "copy_to_host": ("a copy to the host: .cpu(), .tolist(), .numpy()",
+                     "keep per-step values on the device (loss.detach()) and copy them to the "
+                     "host every N steps"),
+    "copy_to_device": ("a copy to the device that waits for it: from pageable memory or with "
+                       "non_blocking=False",
+                       "DataLoader(..., pin_memory=True); x = x.to(device, non_blocking=True)"),
+    "outside_ops": ("outside any op: torch.cuda.synchronize(), or an event's or a stream's "
+                    "synchronize()",
+                    "drop torch.cuda.synchronize() from the step; time it with "
+                    "torch.cuda.Event(enable_timing=True)"),
+    "other": ("a wait inside the op", BY_ID["sync.remove"].code),
+}
+
+
+def _sync_sites(sources: list[SyncSource], steps: int) -> str:
+    """``2 in aten::to (a copy to the device ...), 1 in aten::item (a scalar read ...)``."""
+    return ", ".join(
+        f"{src.count / steps:g} in {src.op or 'no op'} ({SYNC_KINDS[src.kind][0]}"
+        + (f": {src.waits_in}" if src.kind == "other" else "") + ")"
+        for src in sources)
+
+
+def _sync_remedy(f: Facts, v: Verdict) -> None:
+    """sync.remove, with the code for the kind of sync found most (ties: the first in
+    :data:`SYNC_KINDS`); the copies to the device
+    are left to the data-loading rule's pinned memory and non-blocking copies when that layer
+    is significant (the same change, prescribed there)."""
+    sources = f.device.transfers.sync_sources
+    steps = max(len(f.steps), 1)
+    copies = [src for src in sources if src.kind == "copy_to_device"]
+    covered = bool(copies) and (f.share("data_loading") >= th.DATA_LOADING_SIGNIFICANT.value)
+    left = [src for src in sources if not (covered and src.kind == "copy_to_device")]
+    per_step = sum(src.count for src in left) / steps
+    if covered:
+        why = (f"{sum(s.count for s in copies) / steps:g} syncs per step are copies to the "
+               "device, which pinned memory and non-blocking copies remove "
+               "(dataloader.pin_memory, h2d.non_blocking)")
+        if per_step < 1:
+            v.withheld.append((BY_ID["sync.remove"], why, [
+                Evidence(metric="input_copy_syncs_per_step",
+                         value=round(sum(s.count for s in copies) / steps, 2), unit="syncs")]))
+            return
+    if per_step < 1:
+        return
+    kinds: Counter[SyncKind] = Counter()
+    for src in left:
+        kinds[src.kind] += src.count
+    order = list(SYNC_KINDS)  # ties: the order of SYNC_KINDS
+    code = SYNC_KINDS[max(kinds, key=lambda k: (kinds[k], -order.index(k)))][1]
+    remedy = BY_ID["sync.remove"]
+    if code != remedy.code:
+        remedy = msgspec.structs.replace(remedy, code=code)
+    v.remedies.append((remedy, f"{per_step:g} syncs per step: {_sync_sites(left, steps)}"))
 
 
 # The torch.optim classes that take fused=True (inspect.signature, torch 2.13 CPU and 2.11
