@@ -346,8 +346,8 @@ def test_scalar_reads_of_cpu_tensors_are_host_work_not_syncs(tmp_path):
 
 
 def _sync_kinds_body(base: float) -> list[dict]:
-    """One step that syncs four ways: an input copy from pageable memory, loss.item(),
-    x[mask] and torch.cuda.synchronize()."""
+    """One step that syncs five ways: an input copy from pageable memory, loss.item(),
+    x[mask], torch.cuda.synchronize() and ``if torch.isnan(loss):``."""
     c = int(base // 10)  # correlation ids unique per step
     return [
         x("aten::to", base + 100, 900), x("aten::_to_copy", base + 110, 880),
@@ -364,6 +364,9 @@ def _sync_kinds_body(base: float) -> list[dict]:
         x("aten::index", base + 5_000, 500), x("aten::nonzero", base + 5_010, 480),
         x("cudaStreamSynchronize", base + 5_100, 300, cat="cuda_runtime"),
         x("cudaDeviceSynchronize", base + 7_000, 500, cat="cuda_runtime"),
+        x("aten::is_nonzero", base + 8_000, 400),
+        x("aten::_local_scalar_dense", base + 8_010, 380),
+        x("cudaStreamSynchronize", base + 8_100, 200, cat="cuda_runtime"),
         x("sm90_xmma_gemm_f32", base + 1_000, 1_500, cat="kernel", pid=0, tid=7),
     ]
 
@@ -374,9 +377,10 @@ _H200 = {"deviceProperties": [{"id": 0, "name": "H200", "computeMajor": 9}]}
 def test_syncs_are_named_by_what_the_code_asked_for(tmp_path):
     """Each sync is placed in the op that waited and named by its outermost operator: the
     input copy (from pageable memory: pinned memory and non_blocking remove it), the scalar
-    read, the data-dependent shape and the bare synchronize are four different fixes. The
+    read, the data-dependent shape, the bare synchronize and the tensor in an if are five
+    different fixes. The
     exposed input copy makes loading significant: pinned memory and non-blocking copies are
-    prescribed there, and sync.remove counts the other three, with the code for the kind found
+    prescribed there, and sync.remove counts the other four, with the code for the kind found
     most (here each once: the first of SYNC_KINDS, the data-dependent shape)."""
     d = diagnose(load_trace(write_trace(tmp_path / "t.json", _steps(3, _sync_kinds_body),
                                         **_H200)))
@@ -384,14 +388,16 @@ def test_syncs_are_named_by_what_the_code_asked_for(tmp_path):
     assert sites == {("copy_to_device", "aten::to", "aten::copy_", 1.0),
                      ("scalar_read", "aten::item", "aten::_local_scalar_dense", 1.0),
                      ("data_dependent", "aten::index", "aten::nonzero", 1.0),
-                     ("outside_ops", "", "", 1.0)}
+                     ("outside_ops", "", "", 1.0),
+                     ("condition", "aten::is_nonzero", "aten::_local_scalar_dense", 1.0)}
     syncs = next(f for f in d.findings if f.id == "host.syncs")
-    assert syncs.message.startswith("4 host-device syncs per step: ")
+    assert syncs.message.startswith("5 host-device syncs per step: ")
+    assert "1 in aten::is_nonzero (a tensor taken as a Python bool" in syncs.message
     assert "1 in aten::to (a copy to the device that waits for it" in syncs.message
     assert "1 in no op (outside any op: torch.cuda.synchronize()" in syncs.message
     assert d.primary == "host"
     (remedy,) = [p for p in d.prescriptions if p.id == "sync.remove"]
-    assert remedy.reason.startswith("3 syncs per step: ") and "aten::to" not in remedy.reason
+    assert remedy.reason.startswith("4 syncs per step: ") and "aten::to" not in remedy.reason
     assert remedy.code.startswith("x = torch.where(mask, x, 0)")
     assert "h2d.non_blocking" in [p.id for p in d.prescriptions]
 

@@ -15,7 +15,8 @@ Where the syncs come from (:func:`sync_sources`): each blocking runtime call in 
 steps is placed in the innermost host op that contains it (one sync per op: a synchronous
 copy and a synchronize inside one ``aten::copy_`` wait once), and the op's chain of
 containers says what the code asked for: an op with a data-dependent output shape
-(``aten::nonzero``, ``masked_select``, ``unique``, ...) anywhere in it, a scalar read, a copy
+(``aten::nonzero``, ``masked_select``, ``unique``, ...) anywhere in it, a tensor taken as a
+Python bool (``aten::is_nonzero``: an ``if`` or a ``while`` on a tensor), a scalar read, a copy
 whose device copy (joined by correlation) goes host-to-device (``x.to(device)`` from pageable
 memory or without ``non_blocking``) or device-to-host (``.cpu()``, ``.tolist()``), or no op at
 all (``torch.cuda.synchronize()``, an event's or a stream's ``synchronize()``). The site
@@ -54,8 +55,8 @@ DATA_DEPENDENT_OPS = ("aten::nonzero", "aten::masked_select", "aten::unique", "a
                       "aten::_unique2", "aten::unique_consecutive", "aten::unique_dim",
                       "aten::unique_dim_consecutive", "aten::repeat_interleave",
                       "aten::bincount")
-SyncKind = Literal["data_dependent", "scalar_read", "copy_to_device", "copy_to_host",
-                   "outside_ops", "other"]
+SyncKind = Literal["data_dependent", "condition", "scalar_read", "copy_to_device",
+                   "copy_to_host", "outside_ops", "other"]
 
 
 class SyncSource(msgspec.Struct, frozen=True):
@@ -156,6 +157,8 @@ def sync_sources(trace: Trace, steps: StepWindows, nesting: OpNesting,
 def _sync_kind(chain: list[str], direction: str | None) -> str:
     if any(n in DATA_DEPENDENT_OPS for n in chain):
         return "data_dependent"
+    if "aten::is_nonzero" in chain:  # bool(t): a tensor in an if or a while
+        return "condition"
     if any(n in SCALAR_READS for n in chain):
         return "scalar_read"
     if chain[0] in COPY_OPS and direction in ("h2d", "d2h"):

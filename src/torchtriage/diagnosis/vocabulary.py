@@ -24,8 +24,8 @@ DataQualityKind = Literal["missing_ts", "negative_duration", "duration_past_span
                           "zero_length_step"]
 DataQualityAction = Literal["dropped", "clamped to 0", "left out of the steps"]
 # What a host-device sync was for (analysis/transfers.py sync_sources, the same list).
-SyncKind = Literal["data_dependent", "scalar_read", "copy_to_device", "copy_to_host",
-                   "outside_ops", "other"]
+SyncKind = Literal["data_dependent", "condition", "scalar_read", "copy_to_device",
+                   "copy_to_host", "outside_ops", "other"]
 
 LAYERS: dict[str, str] = {
     "data_loading": "the input pipeline: DataLoader work or waits, host-to-device input copies",

@@ -146,8 +146,10 @@ SYNC_KINDS: dict[SyncKind, tuple[str, str]] = {
     "data_dependent": ("an output shape that depends on the data: the host reads a count",
                        "x = torch.where(mask, x, 0)  # not x[mask]; repeat_interleave(..., "
                        "output_size=n)"),
-    "scalar_read": ("a scalar read: .item(), float(t), or a tensor in an if",
-                    BY_ID["sync.remove"].code),
+    "condition": ("a tensor taken as a Python bool: an if or a while on a tensor",
+                  "check it every N steps, or keep it on the device: torch.where(cond, a, b) "
+                  "(Hugging Face Trainer: logging_nan_inf_filter=False)"),
+    "scalar_read": ("a scalar read: .item(), float(t), int(t)", BY_ID["sync.remove"].code),
     "copy_to_host": ("a copy to the host: .cpu(), .tolist(), .numpy()",
                      "keep per-step values on the device (loss.detach()) and copy them to the "
                      "host every N steps"),
