@@ -399,24 +399,31 @@ def test_a_window_that_outpaced_its_loader_names_data_loading(tmp_path):
     from torchtriage.diagnosis.diagnose import diagnose
     from torchtriage.trace import load_trace
 
-    def body(b):  # 10 ms steps: 1 ms waiting for the loader, 8.9 ms of compute
-        return [x("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", b, 1_000,
-                  cat="user_annotation"), x("aten::mm", b + 1_050, 8_900)]
+    def body(b, wait_us=1_000):  # 10 ms steps: waiting for the loader, then compute
+        return [x("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", b, wait_us,
+                  cat="user_annotation"), x("aten::mm", b + wait_us + 50, 9_900 - wait_us)]
 
-    def verdict(**dataset):
+    def verdict(wait_us=1_000, **dataset):
         meta = {"over": "window", "getitem_ms_per_sample": 0.2, "collate_ms_per_batch": 0.5,
                 "samples_per_batch": 64, "fetches": 5, "processes": 1, "where": "workers",
                 "num_workers": 1, **dataset}
         name = f"t{len(list(tmp_path.iterdir()))}.json"
-        return diagnose(load_trace(write_trace(tmp_path / name, profiler_steps(6, body),
+        steps = profiler_steps(6, lambda b: body(b, wait_us))
+        return diagnose(load_trace(write_trace(tmp_path / name, steps,
                                                torchtriage={"dataset": meta})))
 
-    d = verdict()  # 13.3 ms per batch, one worker: 1.33x the 10 ms median step
+    d = verdict()  # 13.3 ms per batch, one worker: 1.48x the 9 ms a step does besides waiting
     assert d.primary == "data_loading" and d.primary_rule.rule == "loader_outpaced", d.summary
     (ratio,) = d.primary_rule.evidence
     assert (ratio.metric, ratio.value, ratio.threshold) == (
-        "loader_period_over_median_step", 1.33, th.LOADER_OUTPACED.value)
-    assert "1 worker(s) load a batch every 13.3 ms at best" in d.primary_rule.reason
+        "loader_period_over_step_work", 1.4778, th.LOADER_OUTPACED.value)
+    assert "1 worker(s) load a batch every 13.3 ms at best, 1.48x the 9.0 ms" in \
+        d.primary_rule.reason
+    # as in the H200 runs of session 15: a 10 ms step that waits 3.5 ms for a worker that
+    # needs 11.4 ms a batch is 1.14x the step (which let it pass) but 1.75x its other work
+    late = verdict(wait_us=3_500, getitem_ms_per_sample=0.17)
+    assert late.primary == "data_loading" and late.primary_rule.rule == "loader_outpaced"
+    assert late.primary_rule.evidence[0].value == pytest.approx(11.38 / 6.5, abs=0.01)
     assert d.prescriptions[0].id == "dataloader.num_workers"
     # two workers feed a step every 6.65 ms: the window's compute decides
     assert verdict(num_workers=2, processes=2).primary == "kernel"

@@ -5,9 +5,11 @@ else, on a CPU-only job whose own processes saturate its cores (``cpu_saturated`
 DataLoader workers (``loader_cpu_share`` of its CPU), ``data_loading`` when significant: the
 training process computes on cores its loading holds, so its compute time is contention;
 else ``data_loading`` when the DataLoader's workers (timed by ``torchtriage run`` in the
-window) take longer per batch, over their number, than ``loader_outpaced`` times the window's
-median step: the window's steps ran on batches prepared before it (a queue the checks did not
-see drain), and at steady state each step waits for the loader; else ``kernel`` at
+window) take longer per batch, over their number, than ``loader_outpaced`` times the work of
+the window's median step besides waiting for data (its wall time less its exposed loading):
+batches come slower than the loop would use them, so at steady state each step waits for the
+loader (a window's steps can draw on batches prepared before it, a queue the checks did not
+see drain, and show loading smaller than it is); else ``kernel`` at
 ``compute_bound``; else the largest non-compute layer that reaches its
 significance threshold (it is what keeps the compute idle); else ``kernel``. So a smaller
 share can win (data loading at 35 % over kernels at 55 %): each verdict carries the branch
@@ -105,24 +107,33 @@ def _contended_by_loading(facts: rules.Facts) -> r.PrimaryRule | None:
 
 def _outpaced_loader(facts: rules.Facts) -> r.PrimaryRule | None:
     """The outpaced-loader branch (see the module docstring), or None when it does not apply:
-    no worker timing of the window (``torchtriage run`` records it), or workers that keep up
-    with the window's median step within ``loader_outpaced``."""
+    no worker timing of the window (``torchtriage run`` records it), or workers that keep up,
+    within ``loader_outpaced``, with the work the window's median step does besides waiting
+    for data (its wall time less its exposed data loading): the step the loop would run if
+    batches were always ready."""
     period = loader_period_ms(facts.trace.meta.torchtriage.get("dataset"))
-    if period is None or len(facts.steps) == 0:
+    b = facts.breakdown
+    if period is None or len(facts.steps) == 0 or b.wall_us.size == 0:
         return None
     period_ms, workers = period
-    median_ms = float(np.median(facts.steps.wall)) / 1e3
-    ratio = rules.share_evidence("loader_period_over_median_step", period_ms / median_ms
-                                 if median_ms > 0 else 0.0, th.LOADER_OUTPACED)
+    waits = (b.exposed_us[:, b.categories.index("data_loading")]
+             if "data_loading" in b.categories else np.zeros_like(b.wall_us))
+    work_ms = float(np.median(b.wall_us - waits)) / 1e3
+    ratio = rules.share_evidence("loader_period_over_step_work",
+                                 period_ms / work_ms if work_ms > 0 else th.LOADER_OUTPACED.value,
+                                 th.LOADER_OUTPACED)
+    ratio.unit = ("the workers' loading time per batch over their number, against the median "
+                  "step's wall time less its exposed data loading")
     if not ratio.fired:
         return None
     return r.PrimaryRule(
         rule="loader_outpaced", evidence=[ratio],
         reason=f"the DataLoader's {workers} worker(s) load a batch every {period_ms:.1f} ms at "
-               f"best, {ratio.value:.2f}x the window's median step of {median_ms:.1f} ms (>= "
-               f"{_named(th.LOADER_OUTPACED)}): the window's steps drew on batches prepared "
-               "before it, and once those are gone every step waits for data, whatever the "
-               "shares inside the window.")
+               f"best, {ratio.value:.2f}x the {work_ms:.1f} ms the window's median step "
+               f"spends on anything but waiting for data (>= {_named(th.LOADER_OUTPACED)}): "
+               "batches come slower than the loop uses them, so at steady state every step "
+               "waits for data, whatever the shares inside the window (its steps drew on "
+               "batches prepared before it).")
 
 
 def memory_primary(facts: rules.Facts, verdict: rules.Verdict
