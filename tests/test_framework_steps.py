@@ -419,6 +419,12 @@ def test_a_window_that_outpaced_its_loader_names_data_loading(tmp_path):
         "loader_period_over_step_work", 1.4778, th.LOADER_OUTPACED.value)
     assert "1 worker(s) load a batch every 13.3 ms at best, 1.48x the 9.0 ms" in \
         d.primary_rule.reason
+    # confidence from the loader's pace, not the window's shares (kernel 89 % there): a
+    # steady-state step would wait 32 % of its time, 12 points past the boundary's 20 %
+    margin = next(e for e in d.layers["data_loading"].evidence
+                  if e.metric == "loader_wait_share_over_boundary")
+    assert margin.value == pytest.approx(0.1233, abs=1e-3) and d.confidence == "medium"
+    assert verdict(getitem_ms_per_sample=0.3).confidence == "high"  # 2.19x: 34 points
     # as in the H200 runs of session 15: a 10 ms step that waits 3.5 ms for a worker that
     # needs 11.4 ms a batch is 1.14x the step (which let it pass) but 1.75x its other work
     late = verdict(wait_us=3_500, getitem_ms_per_sample=0.17)

@@ -91,7 +91,8 @@ def diagnose(
                                         else time_primary(facts))
     verdicts["data_loading"] = _with_dataset(verdicts["data_loading"], trace, facts)
     missing = _missing(trace, steps)
-    confidence, margin_evidence = _confidence(facts, primary, runner_up, memory_verdict)
+    confidence, margin_evidence = _confidence(facts, primary, runner_up, memory_verdict,
+                                              primary_rule)
     if any(m.startswith(_ACCELERATOR_WITHOUT_KERNELS) for m in missing):
         confidence = "low"  # a device job judged from its host side alone
     verdicts[primary].evidence.insert(0, margin_evidence)
@@ -436,8 +437,23 @@ def _memory_with_capacity(trace: Trace, device_memory: int | None, steps: StepWi
     return out
 
 
-def _confidence(facts, primary: str, runner_up: str | None, memory_verdict):
-    if primary == "memory":
+def _confidence(facts, primary: str, runner_up: str | None, memory_verdict,
+                primary_rule: r.PrimaryRule):
+    if primary_rule.rule == "loader_outpaced":
+        # The shares inside the window do not decide this verdict, the loader's pace does: at
+        # steady state a step waits 1 - work/period of its time for data; the margin is that
+        # share above the one at the loader_outpaced boundary.
+        ratio = primary_rule.evidence[0].value
+        margin = (1 - 1 / ratio) - (1 - 1 / th.LOADER_OUTPACED.value)
+        level = (2 if margin >= th.CONFIDENCE_HIGH_MARGIN.value else
+                 1 if margin >= th.CONFIDENCE_MEDIUM_MARGIN.value else 0)
+        ev = r.Evidence(metric="loader_wait_share_over_boundary", value=round(margin, 4),
+                        unit="share of a steady-state step waiting for data (1 - step work / "
+                             "loader period) above its value at loader_outpaced",
+                        threshold=th.CONFIDENCE_HIGH_MARGIN.value, comparison=">=",
+                        fired=margin >= th.CONFIDENCE_HIGH_MARGIN.value,
+                        source=th.CONFIDENCE_HIGH_MARGIN.source)
+    elif primary == "memory":
         level = 2 if facts.oom or any(
             e.fired and e.value >= 0.95 for e in memory_verdict.evidence
             if e.metric.startswith("peak_memory_fraction")) else 1

@@ -206,7 +206,8 @@ CONFIDENCE_HIGH_MARGIN = Threshold(
     "confidence_high_margin", 0.25, "share of step time",
     "distance of the verdict from its nearest decision boundary for `high` confidence: the lead "
     "over the next candidate layer and, for a non-compute primary, how far kernel is below "
-    "compute_bound",
+    "compute_bound; for a loader_outpaced verdict, the share of a steady-state step that waits "
+    "for data (1 - step work / loader period) above its value at loader_outpaced",
     "torchtriage default (TraceML's bands use similar 0.10-0.25 gaps between warn and crit)",
 )
 CONFIDENCE_MEDIUM_MARGIN = Threshold(
