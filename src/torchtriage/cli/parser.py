@@ -139,10 +139,13 @@ def build_parser(command_name: str | None = None) -> Parser:
     """The ``torchtriage`` parser and its subcommands.
 
     Args:
-        command_name: the command about to run (the command line's first word): only its
-            options are built, the other commands are listed by name and help line (enough
-            for ``--help`` and for refusing an unknown command), which spares a short command
-            most of argparse's set-up. None builds every command's options.
+        command_name: the command line's first word. When it names a command, only that
+            command's parser is built, with its options: what that command line needs (its
+            ``--help`` is that command's, its errors name it), and a short command spares most
+            of argparse's set-up (a parser costs a help formatter and a dozen translation
+            lookups). Any other word (an option, a typo, nothing) lists every command by name
+            and help line, for ``--help`` and for refusing an unknown command. None builds
+            every command with its options (the reference documentation, the tests).
 
     Returns:
         The root parser.
@@ -152,7 +155,10 @@ def build_parser(command_name: str | None = None) -> Parser:
                       help="Show the version and exit.")
     commands = root.add_subparsers(title="commands", dest="command", metavar="COMMAND",
                                    parser_class=Parser)
+    known = any(spec.name == command_name for spec in _COMMANDS)
     for spec in _COMMANDS:
+        if known and spec.name != command_name:
+            continue
         sub = commands.add_parser(spec.name, help=spec.text.split("\n\n")[0].replace("\n", " "),
                                   description=spec.text, **spec.parser_kwargs)
         sub.set_defaults(handler=spec.handler)
