@@ -398,6 +398,8 @@ def test_syncs_are_named_by_what_the_code_asked_for(tmp_path):
     assert d.primary == "host"
     (remedy,) = [p for p in d.prescriptions if p.id == "sync.remove"]
     assert remedy.reason.startswith("4 syncs per step: ") and "aten::to" not in remedy.reason
+    (pin,) = [p for p in d.prescriptions if p.id == "dataloader.pin_memory"]
+    assert pin.code.startswith("x = x.pin_memory()")  # no DataLoader: the script's batches
     assert remedy.code.startswith("x = torch.where(mask, x, 0)")
     assert "h2d.non_blocking" in [p.id for p in d.prescriptions]
 
@@ -423,6 +425,8 @@ def test_input_copy_syncs_are_left_to_the_loader_fixes_when_loading_is_significa
         ("copy_to_device", 1.0)]
     ids = [p.id for p in d.prescriptions]
     assert "h2d.non_blocking" in ids and "sync.remove" not in ids
+    (pin,) = [p for p in d.prescriptions if p.id == "dataloader.pin_memory"]
+    assert pin.code.startswith("DataLoader(")  # the trace has a DataLoader
     (held,) = [w for w in d.withheld if w.id == "sync.remove"]
     assert "copies to the device" in held.reason and "h2d.non_blocking" in held.reason
 

@@ -20,8 +20,10 @@ class DataLoadingRule:
     workers) when the trace has a DataLoader, withheld when the job's own processes (not the
     machine: other processes do not count) already use ``cpu_saturated`` of the cores the job
     may use; pinned memory and non-blocking copies when host-to-device input
-    copies are pageable or followed by a sync. When exposed copies outweigh exposed loading,
-    the copy fixes come first.
+    copies are pageable or wait for the device (a sync inside the copy op, at least one per
+    step). Pinned memory is ``DataLoader(pin_memory=True)``, or ``x.pin_memory()`` where the
+    script makes its batches when the trace has no DataLoader. When exposed copies outweigh
+    exposed loading, the copy fixes come first.
     """
 
     layer: Layer = "data_loading"
@@ -64,9 +66,13 @@ def _data_loading(f: Facts) -> Verdict:
         return v
     copy_fixes: list[tuple[Remedy, str]] = []
     if f.gpu and pageable:
-        copy_fixes.append((BY_ID["dataloader.pin_memory"],
-                           f"{pageable} pageable host-to-device copies"))
-    syncs = max(f.device.transfers.syncs_per_step.values(), default=0.0) if f.device else 0.0
+        pin = BY_ID["dataloader.pin_memory"]
+        if not has_loader:  # batches made by the script itself: pin them where they are made
+            pin = msgspec.structs.replace(
+                pin, code="x = x.pin_memory()  # where the batch is made (no DataLoader here)")
+        copy_fixes.append((pin, f"{pageable} pageable host-to-device copies"))
+    syncs = (sum(s.count for s in f.device.transfers.sync_sources if s.kind == "copy_to_device")
+             / max(len(f.steps), 1) if f.device else 0.0)
     if f.gpu and h2d_share > 0 and (pageable or syncs >= 1):
         copy_fixes.append((BY_ID["h2d.non_blocking"],
                            f"{h2d_share:.1%} of step time is exposed input copy, issued "
