@@ -367,6 +367,8 @@ def _sync_kinds_body(base: float) -> list[dict]:
         x("aten::is_nonzero", base + 8_000, 400),
         x("aten::_local_scalar_dense", base + 8_010, 380),
         x("cudaStreamSynchronize", base + 8_100, 200, cat="cuda_runtime"),
+        x("aten::item", base + 8_500, 300, tid=5),  # a logging thread's: the loop runs on
+        x("cudaStreamSynchronize", base + 8_550, 200, cat="cuda_runtime", tid=5),
         x("sm90_xmma_gemm_f32", base + 1_000, 1_500, cat="kernel", pid=0, tid=7),
     ]
 
@@ -378,7 +380,7 @@ def test_syncs_are_named_by_what_the_code_asked_for(tmp_path):
     """Each sync is placed in the op that waited and named by its outermost operator: the
     input copy (from pageable memory: pinned memory and non_blocking remove it), the scalar
     read, the data-dependent shape, the bare synchronize and the tensor in an if are five
-    different fixes. The
+    different fixes; a sync on another thread (a logger's) does not stop the loop. The
     exposed input copy makes loading significant: pinned memory and non-blocking copies are
     prescribed there, and sync.remove counts the other four, with the code for the kind found
     most (here each once: the first of SYNC_KINDS, the data-dependent shape)."""

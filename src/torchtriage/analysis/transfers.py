@@ -131,9 +131,13 @@ def transfers(trace: Trace, steps: StepWindows, nesting: OpNesting) -> Transfers
 
 def sync_sources(trace: Trace, steps: StepWindows, nesting: OpNesting,
                  blocking: np.ndarray) -> list[SyncSource]:
-    """The syncs among ``blocking`` runtime calls in the analysed steps, by kind and site."""
+    """The syncs among ``blocking`` runtime calls in the analysed steps, by kind and site: on
+    the training thread when the steps name one (a sync on another thread, a logger's, does
+    not stop the loop)."""
     ev = trace.events
     blocking = blocking[in_steps(ev.ts[blocking], steps)]
+    if steps.main_thread >= 0:
+        blocking = blocking[ev.thread_id[blocking] == steps.main_thread]
     if not blocking.size:
         return []
     inner = innermost_ops(trace, nesting, blocking)
@@ -143,18 +147,18 @@ def sync_sources(trace: Trace, steps: StepWindows, nesting: OpNesting,
     def name(op: int) -> str:
         return ev.names[ev.name_id[nesting.rows[op]]]
 
-    counts: Counter[tuple[str, str, str]] = Counter()
+    counts: Counter[tuple[SyncKind, str, str]] = Counter()
     counts.update(("outside_ops", "", "") for _ in range(int((inner < 0).sum())))
     for op in waits:  # one sync per op that waited
         chain = [name(i) for i in ancestors(nesting, op)]
         calls = [n for n in chain if "::" in n]
         site = calls[-1] if calls else chain[-1]
         counts[(_sync_kind(chain, directions.get(op)), site, chain[0])] += 1
-    return [SyncSource(kind=kind, op=op, waits_in=inner_name, count=n)  # type: ignore[arg-type]
+    return [SyncSource(kind=kind, op=op, waits_in=inner_name, count=n)
             for (kind, op, inner_name), n in counts.most_common()]
 
 
-def _sync_kind(chain: list[str], direction: str | None) -> str:
+def _sync_kind(chain: list[str], direction: str | None) -> SyncKind:
     if any(n in DATA_DEPENDENT_OPS for n in chain):
         return "data_dependent"
     if "aten::is_nonzero" in chain:  # bool(t): a tensor in an if or a while
