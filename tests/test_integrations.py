@@ -62,12 +62,17 @@ def _files(out: Path) -> dict[str, list[Path]]:
 
 def _check_window(diagnosis: Diagnosis, active: int = 5) -> None:
     """The diagnosis analysed exactly the window's active steps: ProfilerStep#k of the session
-    that started after ``skipped_steps`` steps is training step ``skipped_steps + k + 1``."""
+    that started after ``skipped_steps`` steps is training step ``skipped_steps + k + 1``. One of
+    them may be left out as a short one-off (a stall of a loaded machine inside the window that
+    no checked step repeated, diagnosis/windows.py): it is then listed as excluded, with why."""
     window = diagnosis.window
     assert window is not None
     assert window.last_step - window.first_step + 1 == active
     analysed = [window.skipped_steps + k + 1 for k in diagnosis.trace.steps_analyzed]
-    assert analysed == list(range(window.first_step, window.last_step + 1))
+    one_off = [window.skipped_steps + int(k) + 1
+               for k, why in diagnosis.trace.steps_excluded.items() if why.startswith("one-off")]
+    assert len(one_off) <= 1, diagnosis.trace.steps_excluded
+    assert sorted(analysed + one_off) == list(range(window.first_step, window.last_step + 1))
 
 
 # --- the trainer-independent window ----------------------------------------------------------
