@@ -46,13 +46,10 @@ def op_nesting(trace: Trace) -> OpNesting:
         empty = np.zeros(0)
         return OpNesting(rows=rows, self_us=empty, depth=empty.astype(np.int32),
                          max_self_us=empty, parent=rows.copy())
-    order = np.lexsort((-ev.dur[rows], ev.ts[rows], ev.thread_id[rows]))
+    order, first = _by_thread_and_start(ev.thread_id[rows], ev.ts[rows], ev.dur[rows])
     rows = rows[order]
-    tid, start, dur = ev.thread_id[rows], ev.ts[rows], ev.dur[rows]
+    start, dur = ev.ts[rows], ev.dur[rows]
     n = len(rows)
-    new_thread = np.ones(n, dtype=bool)
-    new_thread[1:] = tid[1:] != tid[:-1]
-    first = np.maximum.accumulate(np.where(new_thread, np.arange(n), 0))
     # An op's parent is the op a stack of open ops would have on top when it starts: the
     # latest earlier op of its thread that is still running (ends after it starts).
     parent = _latest_still_running(start, start + dur, first)
@@ -82,15 +79,12 @@ def innermost_ops(trace: Trace, nesting: OpNesting, rows: np.ndarray) -> np.ndar
     ops = nesting.rows
     if not rows.size or not ops.size:
         return np.full(rows.size, -1, dtype=np.int64)
-    tid = np.concatenate([ev.thread_id[ops], ev.thread_id[rows]])
     start = np.concatenate([ev.ts[ops], ev.ts[rows]])
     dur = np.concatenate([ev.dur[ops], ev.dur[rows]])
-    order = np.lexsort((-dur, start, tid))
-    tid, start, dur = tid[order], start[order], dur[order]
+    order, first = _by_thread_and_start(
+        np.concatenate([ev.thread_id[ops], ev.thread_id[rows]]), start, dur)
+    start, dur = start[order], dur[order]
     n = order.size
-    new_thread = np.ones(n, dtype=bool)
-    new_thread[1:] = tid[1:] != tid[:-1]
-    first = np.maximum.accumulate(np.where(new_thread, np.arange(n), 0))
     # the queried events contain nothing (an end before every start)
     end = np.where(order < ops.size, start + dur, -np.inf)
     found = _latest_still_running(start, end, first)
@@ -107,6 +101,18 @@ def ancestors(nesting: OpNesting, op: int) -> list[int]:
         chain.append(op)
         op = int(nesting.parent[op])
     return chain
+
+
+def _by_thread_and_start(tid: np.ndarray, start: np.ndarray, dur: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """The order that sorts events by thread, then start (the longer first at a tie, so a
+    container comes before what it contains), and for each sorted position the position of
+    its thread's first event: what :func:`_latest_still_running` searches within."""
+    order = np.lexsort((-dur, start, tid))
+    tid = tid[order]
+    new_thread = np.ones(order.size, dtype=bool)
+    new_thread[1:] = tid[1:] != tid[:-1]
+    return order, np.maximum.accumulate(np.where(new_thread, np.arange(order.size), 0))
 
 
 def _latest_still_running(start: np.ndarray, end: np.ndarray, first: np.ndarray

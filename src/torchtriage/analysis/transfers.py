@@ -85,6 +85,10 @@ class Transfers(msgspec.Struct, frozen=True):
     cpu_scalar_read_us_per_step: float = 0.0
     sync_sources: list[SyncSource] = msgspec.field(default_factory=list)  # most syncs first
 
+    def sync_count(self, kind: SyncKind) -> int:
+        """The syncs of one kind over the analysed steps, all sites."""
+        return sum(src.count for src in self.sync_sources if src.kind == kind)
+
 
 def transfers(trace: Trace, steps: StepWindows, nesting: OpNesting) -> Transfers:
     ev = trace.events
@@ -125,15 +129,16 @@ def transfers(trace: Trace, steps: StepWindows, nesting: OpNesting) -> Transfers
         syncs_per_step=syncs,
         cpu_scalar_reads_per_step=round(cpu_reads / n_steps, 2),
         cpu_scalar_read_us_per_step=round(cpu_read_us / n_steps, 3),
-        sync_sources=sync_sources(trace, steps, nesting, blocking),
+        sync_sources=sync_sources(trace, steps, nesting, blocking, copies),
     )
 
 
 def sync_sources(trace: Trace, steps: StepWindows, nesting: OpNesting,
-                 blocking: np.ndarray) -> list[SyncSource]:
+                 blocking: np.ndarray, copies: np.ndarray) -> list[SyncSource]:
     """The syncs among ``blocking`` runtime calls in the analysed steps, by kind and site: on
     the training thread when the steps name one (a sync on another thread, a logger's, does
-    not stop the loop)."""
+    not stop the loop). ``copies``: the device copies in the analysed steps, which tell a copy
+    op's direction."""
     ev = trace.events
     blocking = blocking[in_steps(ev.ts[blocking], steps)]
     if steps.main_thread >= 0:
@@ -142,7 +147,7 @@ def sync_sources(trace: Trace, steps: StepWindows, nesting: OpNesting,
         return []
     inner = innermost_ops(trace, nesting, blocking)
     waits = sorted(set(inner[inner >= 0].tolist()))
-    directions = _copy_directions(trace, steps, nesting, waits)
+    directions = _copy_directions(trace, nesting, copies, waits)
 
     def name(op: int) -> str:
         return ev.names[ev.name_id[nesting.rows[op]]]
@@ -170,14 +175,12 @@ def _sync_kind(chain: list[str], direction: str | None) -> SyncKind:
     return "other"
 
 
-def _copy_directions(trace: Trace, steps: StepWindows, nesting: OpNesting,
+def _copy_directions(trace: Trace, nesting: OpNesting, copies: np.ndarray,
                      ops: list[int]) -> dict[int, str]:
-    """For the ops of ``ops`` (indices into ``nesting.rows``) that issued a device copy: its
-    direction, "h2d", "d2h" or "d2d" (the copy is joined to its runtime call by correlation,
-    the call to the innermost op that contains it)."""
+    """For the ops of ``ops`` (indices into ``nesting.rows``) that issued one of the device
+    ``copies``: its direction, "h2d", "d2h" or "d2d" (the copy is joined to its runtime call by
+    correlation, the call to the innermost op that contains it)."""
     ev = trace.events
-    copies = np.flatnonzero(ev.kind == EventKind.MEMCPY)
-    copies = copies[in_steps(ev.ts[copies], steps)]
     calls = runtime_for(trace, copies)
     copies, calls = copies[calls >= 0], calls[calls >= 0]
     if not copies.size or not ops:

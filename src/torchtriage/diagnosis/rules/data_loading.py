@@ -71,8 +71,8 @@ def _data_loading(f: Facts) -> Verdict:
             pin = msgspec.structs.replace(
                 pin, code="x = x.pin_memory()  # where the batch is made (no DataLoader here)")
         copy_fixes.append((pin, f"{pageable} pageable host-to-device copies"))
-    syncs = (sum(s.count for s in f.device.transfers.sync_sources if s.kind == "copy_to_device")
-             / max(len(f.steps), 1) if f.device else 0.0)
+    syncs = (f.device.transfers.sync_count("copy_to_device") / max(len(f.steps), 1)
+             if f.device else 0.0)
     if f.gpu and h2d_share > 0 and (pageable or syncs >= 1):
         copy_fixes.append((BY_ID["h2d.non_blocking"],
                            f"{h2d_share:.1%} of step time is exposed input copy, issued "

@@ -174,24 +174,24 @@ def _sync_sites(sources: list[SyncSource], steps: int) -> str:
 
 def _sync_remedy(f: Facts, v: Verdict) -> None:
     """sync.remove, with the code for the kind of sync found most (ties: the first in
-    :data:`SYNC_KINDS`); the copies to the device
-    are left to the data-loading rule's pinned memory and non-blocking copies when that layer
-    is significant (the same change, prescribed there)."""
-    sources = f.device.transfers.sync_sources
+    :data:`SYNC_KINDS`); the copies to the device are left to the data-loading rule's pinned
+    memory and non-blocking copies when that layer is significant (the same change, prescribed
+    there)."""
+    transfers = f.device.transfers
     steps = max(len(f.steps), 1)
-    copies = [src for src in sources if src.kind == "copy_to_device"]
-    covered = bool(copies) and (f.share("data_loading") >= th.DATA_LOADING_SIGNIFICANT.value)
-    left = [src for src in sources if not (covered and src.kind == "copy_to_device")]
+    copies_per_step = transfers.sync_count("copy_to_device") / steps
+    covered = copies_per_step > 0 and (f.share("data_loading")
+                                       >= th.DATA_LOADING_SIGNIFICANT.value)
+    left = [src for src in transfers.sync_sources
+            if not (covered and src.kind == "copy_to_device")]
     per_step = sum(src.count for src in left) / steps
-    if covered:
-        why = (f"{sum(s.count for s in copies) / steps:g} syncs per step are copies to the "
-               "device, which pinned memory and non-blocking copies remove "
-               "(dataloader.pin_memory, h2d.non_blocking)")
-        if per_step < 1:
-            v.withheld.append((BY_ID["sync.remove"], why, [
-                Evidence(metric="input_copy_syncs_per_step",
-                         value=round(sum(s.count for s in copies) / steps, 2), unit="syncs")]))
-            return
+    if covered and per_step < 1:
+        v.withheld.append((BY_ID["sync.remove"], (
+            f"{copies_per_step:g} syncs per step are copies to the device, which pinned memory "
+            "and non-blocking copies remove (dataloader.pin_memory, h2d.non_blocking)"),
+            [Evidence(metric="input_copy_syncs_per_step", value=round(copies_per_step, 2),
+                      unit="syncs")]))
+        return
     if per_step < 1:
         return
     kinds: Counter[SyncKind] = Counter()
