@@ -57,6 +57,43 @@ def test_attribution_rows_sum_to_window_and_respect_priority(cats, cuts):
         assert out[i, 0] == pytest.approx(covered, abs=1e-6)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    cats=st.lists(st.lists(st.tuples(st.integers(0, 400), st.integers(0, 80)), max_size=20),
+                  min_size=1, max_size=5),
+    cuts=st.lists(st.integers(0, 480), min_size=2, max_size=6, unique=True),
+    base=st.sampled_from([0.0, 1712195495406752.75]),  # ns-resolution clocks: 0.25 µs apart
+)
+def test_each_category_gets_what_it_covers_beyond_those_before_it(cats, cuts, base):
+    """Exact on a fine grid, even where adjacent times are one float apart (µs timestamps of
+    an epoch clock, 0.25 µs spacing): in each window, the first c categories' exposed time is
+    what the union of their intervals covers there."""
+    step = np.spacing(base) if base else 0.25
+    cuts = base + np.sort(np.array(cuts)) * step
+    starts, ends = cuts[:-1], cuts[1:]
+    claims = [(base + np.array([a for a, _ in c], dtype=float) * step,
+               base + np.array([a + d for a, d in c], dtype=float) * step) for c in cats]
+    out = attribute(starts, ends, claims)
+    for c in range(len(claims)):
+        union = (np.concatenate([s for s, _ in claims[:c + 1]]),
+                 np.concatenate([e for _, e in claims[:c + 1]]))
+        for i, (ws, we) in enumerate(zip(starts, ends, strict=True)):
+            covered = total(np.clip(union[0], ws, we), np.clip(union[1], ws, we))
+            assert out[i, :c + 1].sum() == covered
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=60), st.integers(0, 20))
+def test_dense_unique_is_numpys_unique(keys, extra):
+    from torchtriage.analysis.dense import dense_unique
+
+    keys = np.asarray(keys, dtype=np.int64)
+    distinct, inverse, counts = dense_unique(keys, 41 + extra)
+    expected = np.unique(keys, return_inverse=True, return_counts=True)
+    assert [distinct.tolist(), inverse.tolist(), counts.tolist()] == \
+        [a.tolist() for a in expected]
+
+
 def _gpu_trace(tmp_path):
     """Two steps of 1000 µs with known overlaps (all times µs)."""
     events = []

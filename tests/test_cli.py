@@ -203,6 +203,36 @@ def test_reading_commands_run_without_the_collector_and_runners_with_it(shared_t
         gc.enable()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_commands_that_decode_traces_keep_freed_memory_in_the_process(tmp_path, monkeypatch):
+    """analyze, report and compare set glibc to serve blocks up to 32 MB from the heap and
+    keep what is freed (a trace load frees and allocates megabytes per piece); a 4 MB block
+    then comes from the heap instead of a fresh mapping. Other commands leave malloc alone."""
+    code = ("import ctypes, sys\n"
+            "class Info(ctypes.Structure):\n"
+            "    _fields_ = [(n, ctypes.c_size_t) for n in ('arena', 'ordblks', 'smblks',"
+            " 'hblks', 'hblkhd', 'usmblks', 'fsmblks', 'uordblks', 'fordblks', 'keepcost')]\n"
+            "libc = ctypes.CDLL(None)\n"
+            "libc.mallinfo2.restype = Info\n"
+            "libc.malloc.restype = ctypes.c_void_p\n"
+            "if sys.argv[1] == 'kept':\n"
+            "    from torchtriage.cli import keep_freed_memory\n"
+            "    assert keep_freed_memory()\n"
+            "before = libc.mallinfo2().hblkhd\n"
+            "block = libc.malloc(4 << 20)\n"
+            "print(libc.mallinfo2().hblkhd - before)\n")
+    mapped = {how: int(subprocess.run([sys.executable, "-c", code, how], capture_output=True,
+                                      text=True, timeout=60, check=True).stdout)
+              for how in ("default", "kept")}
+    assert mapped["default"] >= 4 << 20 and mapped["kept"] == 0, mapped
+    calls = []
+    monkeypatch.setattr("torchtriage.cli.keep_freed_memory", lambda: calls.append(1))
+    path = write_trace(tmp_path / "t.json", [x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+                                             x("aten::mm", 10, 50)])
+    assert main(["analyze", "--json", str(path)]) == 0 and calls == [1]
+    assert main(["knobs"]) == 0 and calls == [1]
+
+
 def test_the_command_after_double_dash_is_not_parsed():
     from torchtriage.cli import _before_command_line, _command_line
     from torchtriage.cli.parser import COMMAND_RUNNERS, build_parser

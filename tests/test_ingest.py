@@ -245,31 +245,74 @@ def _tricky_trace(path, n: int = 3000, gz: bool = False):
     return write_trace(path, events, gz=gz)
 
 
-@pytest.mark.parametrize("gz", [False, True])
-def test_a_parallel_load_gives_exactly_the_sequential_tables(tmp_path, gz):
+def _tables(path, parallel: bool):
     from torchtriage.trace.columns import TableBuilder, decode_chunk
     from torchtriage.trace.parallel import decode_in_two
 
+    chunks = EventChunks(path, decode_chunk, block_bytes=20_000)
+    builder = TableBuilder()
+    if parallel:
+        decode_in_two(chunks, builder.add)
+    else:
+        for chunk in chunks:
+            builder.add(chunk)
+    events, memory = builder.finish()
+    return ([getattr(events, c).tolist() for c in ("kind", "name_id", "thread_id", "ts", "dur",
+                                                   "external_id", "correlation", "stream",
+                                                   "device", "nbytes", "shape_offset",
+                                                   "shape_length")],
+            events.names, events.threads, events.labels, events.collectives,
+            events.shapes_blob, memory.total_allocated.tolist())
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_parallel_load_gives_exactly_the_sequential_tables(tmp_path, gz):
     path = _tricky_trace(tmp_path / ("t.json.gz" if gz else "t.json"), gz=gz)
-    tables = []
-    for parallel in (False, True):
-        chunks = EventChunks(path, decode_chunk, block_bytes=20_000)
-        builder = TableBuilder()
-        if parallel:
-            decode_in_two(chunks, builder.add)
-        else:
-            for chunk in chunks:
-                builder.add(chunk)
-        tables.append(builder.finish())
-    (one, one_mem), (two, two_mem) = tables
-    for column in ("kind", "name_id", "thread_id", "ts", "dur", "external_id", "correlation",
-                   "stream", "device", "nbytes", "shape_offset", "shape_length"):
-        assert np.array_equal(getattr(one, column), getattr(two, column)), column
-    assert (one.names, one.threads, one.labels, one.collectives, one.shapes_blob) == \
-        (two.names, two.threads, two.labels, two.collectives, two.shapes_blob)
-    assert np.array_equal(one_mem.total_allocated, two_mem.total_allocated)
-    assert len(one) > 3000 and one.collectives and len(one_mem) > 200
-    assert load_trace(path, workers=2).events.names == one.names
+    sequential = _tables(path, parallel=False)
+    assert _tables(path, parallel=True) == sequential
+    columns, names, _, _, collectives, _, allocated = sequential
+    assert len(columns[0]) > 3000 and collectives and len(allocated) > 200
+    assert load_trace(path, workers=2).events.names == names
+
+
+def test_pieces_too_large_for_the_helpers_slots_are_decoded_here(tmp_path, monkeypatch):
+    from torchtriage.trace import parallel
+
+    path = _tricky_trace(tmp_path / "t.json", n=6000)
+    sequential = _tables(path, parallel=False)
+    monkeypatch.setattr(parallel, "SLOT_BYTES", 24_000)  # some 20-40 KB pieces fit, some not
+    handed = []
+    give = parallel._Helper.give
+    monkeypatch.setattr(parallel._Helper, "give",
+                        lambda self, i, piece: handed.append(give(self, i, piece)) or handed[-1])
+    assert _tables(path, parallel=True) == sequential
+    assert True in handed and False in handed
+
+
+def test_a_helper_that_dies_mid_load_leaves_its_pieces_to_this_process(tmp_path, monkeypatch):
+    import multiprocessing
+    import os
+
+    from torchtriage.trace import parallel
+
+    path = _tricky_trace(tmp_path / "t.json", n=6000)
+    sequential = _tables(path, parallel=False)
+    decode_slots = parallel._decode_slots
+
+    def dies_after_a_few(slots, orders, answers, parent_ends):
+        class Few:  # three orders, then the helper is gone (as if killed)
+            left = 3
+
+            def recv_bytes(self):
+                Few.left -= 1
+                if Few.left < 0:
+                    os._exit(1)
+                return orders.recv_bytes()
+        decode_slots(slots, Few(), answers, parent_ends)
+
+    monkeypatch.setattr(parallel, "_decode_slots", dies_after_a_few)
+    assert _tables(path, parallel=True) == sequential
+    assert multiprocessing.active_children() == []
 
 
 def test_a_corrupt_chunk_in_a_parallel_load_names_its_byte_offset(tmp_path):
@@ -403,5 +446,5 @@ def test_the_strict_path_builds_the_lenient_paths_columns_for_the_rare_events():
     lenient = columns._lenient_columns(columns._lenient_events(text))
     assert msgspec.msgpack.encode(strict) == msgspec.msgpack.encode(lenient)
     assert strict.rows == 4 and strict.no_ts == 1 and strict.collectives
-    rows = np.frombuffer(strict.memory, np.float64).reshape(-1, 6)
-    assert rows[:, 1].tolist() == [100, 200, 300]  # in file order
+    columns = np.frombuffer(strict.memory, np.float64).reshape(6, -1)  # column after column
+    assert columns[1].tolist() == [100, 200, 300]  # in file order

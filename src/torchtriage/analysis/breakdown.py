@@ -25,7 +25,7 @@ from torchtriage.analysis.categories import (
     communication_intervals,
     optimizer_own_intervals,
 )
-from torchtriage.analysis.intervals import covers, merge, unique
+from torchtriage.analysis.intervals import boundaries, merge, segments_covered
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import Trace
 
@@ -97,17 +97,18 @@ def attribute(
         s, e = merge(np.clip(starts, lo, hi), np.clip(ends, lo, hi))
         merged.append((s, e))
         points.extend((s, e))
-    bounds = unique(np.concatenate(points))
+    bounds = boundaries(points)
     seg_start, seg_end = bounds[:-1], bounds[1:]
-    mid = (seg_start + seg_end) / 2
     length = seg_end - seg_start
-    win = np.searchsorted(window_start, mid, side="right") - 1
+    # Every window's and claim's ends are bounds, so a segment lies wholly inside or outside
+    # each: its start says which (exact, where a midpoint may round onto an end).
+    win = np.searchsorted(window_start, seg_start, side="right") - 1
     in_win = win >= 0
-    in_win[in_win] = mid[in_win] < window_end[win[in_win]]
-    owner = np.full(mid.size, n_cat - 1, dtype=np.int64)
-    claimed = np.zeros(mid.size, dtype=bool)
+    in_win[in_win] = seg_start[in_win] < window_end[win[in_win]]
+    owner = np.full(seg_start.size, n_cat - 1, dtype=np.int64)
+    claimed = np.zeros(seg_start.size, dtype=bool)
     for c, (s, e) in enumerate(merged):
-        active = covers(mid, s, e) & ~claimed
+        active = segments_covered(bounds, s, e) & ~claimed
         owner[active] = c
         claimed |= active
     np.add.at(out, (win[in_win], owner[in_win]), length[in_win])

@@ -49,17 +49,26 @@ def float64_share_host(trace: Trace, steps: StepWindows, nesting: OpNesting) -> 
         ok = at >= 0
         at, found = at[ok], hits[ok]
         inside = found < end[typed][at]
-        for row in unique(typed[at[inside]]):  # (np.unique here imports numpy.ma)
-            double[row] = _has_double_tensor(ev, int(row), int(start[row]), int(end[row]))
+        blob, offset, length = ev.shapes_blob, ev.shape_offset, ev.shape_length
+        answers: dict[bytes, bool] = {}  # by the op's dims and types as written: ops repeat
+        for row in unique(typed[at[inside]]).tolist():  # (np.unique here imports numpy.ma)
+            signature = blob[offset[row]:end[row]]
+            answer = answers.get(signature)
+            if answer is None:
+                answer = answers[signature] = _has_double_tensor(
+                    signature, int(length[row]))
+            double[row] = answer
     return float(self_us[double[rows]].sum()) / total
 
 
-def _has_double_tensor(ev, row: int, start: int, end: int) -> bool:
+def _has_double_tensor(signature: bytes, dims_length: int) -> bool:
     """Whether one of the op's "double" inputs is a tensor with dimensions (not a wrapped
-    Python number); True when the blob cannot be read that finely."""
+    Python number), from its ``Input Dims`` and ``Input type`` JSON written one after the
+    other (``signature``, the dims its first ``dims_length`` bytes); True when they cannot be
+    read that finely."""
     try:
-        types = msgspec.json.decode(ev.shapes_blob[start:end])
-        dims = msgspec.json.decode(ev.input_dims(row) or b"[]")
+        dims = msgspec.json.decode(signature[:dims_length] or b"[]")
+        types = msgspec.json.decode(signature[dims_length:])
     except ValueError:
         return True
     if not isinstance(types, list) or not isinstance(dims, list) or len(types) != len(dims):

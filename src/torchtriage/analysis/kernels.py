@@ -14,6 +14,7 @@ import numpy as np
 
 from torchtriage.analysis.categories import is_communication_kernel
 from torchtriage.analysis.correlation import runtime_for
+from torchtriage.analysis.dense import dense_unique
 from torchtriage.analysis.ops import in_steps
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import DEVICE_KINDS, EventKind, Trace
@@ -95,7 +96,7 @@ def device_ops(trace: Trace, steps: StepWindows) -> DeviceOps:
     class_index = {c: i for i, c in enumerate(KERNEL_CLASSES)}
     # Classified once per distinct (name, kind), then spread to the rows.
     codes = ev.name_id[rows].astype(np.int64) * 16 + ev.kind[rows]
-    distinct, inverse = np.unique(codes, return_inverse=True)
+    distinct, inverse, _ = dense_unique(codes, len(ev.names) * 16)
     pair_cls, pair_tc = [], []
     for code in distinct.tolist():
         name = ev.names[code // 16]

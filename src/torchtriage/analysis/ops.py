@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from torchtriage.analysis.dense import dense_unique
 from torchtriage.analysis.intervals import covers
 from torchtriage.analysis.steps import StepWindows
 from torchtriage.trace.model import DEVICE_KINDS, EventKind, Trace
@@ -183,7 +184,7 @@ def _group(
 ) -> list[OpStat]:
     if name_id.size == 0:
         return []
-    uniq, inverse, counts = np.unique(name_id, return_inverse=True, return_counts=True)
+    uniq, inverse, counts = dense_unique(name_id, len(names))
     tot = np.bincount(inverse, weights=total)
     slf = np.bincount(inverse, weights=self_us)
     order = np.argsort(-slf, kind="stable")[:limit]

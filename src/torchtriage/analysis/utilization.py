@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from torchtriage.analysis.dense import dense_unique
 from torchtriage.analysis.intervals import covered_within, merge, unique
 from torchtriage.analysis.kernels import KERNEL_CLASSES, DeviceOps
 from torchtriage.analysis.steps import StepWindows
@@ -85,9 +86,8 @@ def top_kernels(trace: Trace, ops: DeviceOps, limit: int) -> list[KernelTime]:
     if ops.rows.size == 0:
         return []
     name_ids = ev.name_id[ops.rows]
-    uniq, inverse = np.unique(name_ids, return_inverse=True)
+    uniq, inverse, counts = dense_unique(name_ids, len(ev.names))
     times = np.bincount(inverse, weights=ev.dur[ops.rows])
-    counts = np.bincount(inverse)
     out = []
     for u in np.argsort(-times, kind="stable")[:limit]:
         sel = inverse == u

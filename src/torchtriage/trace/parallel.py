@@ -1,29 +1,35 @@
-"""Decode one large trace with three processes: this one and two forked decoders.
+"""Decode one large trace with two processes: this one and one forked helper.
 
 This process reads and inflates the file, cuts the events array into pieces at the likely ends
-of events (:meth:`EventChunks.pieces`) and merges; the decoders turn pieces into columns, each
-getting its next piece as soon as it answers. A decoder sends back a piece's
-:class:`ChunkColumns` as one msgpack message (compact columns, never pickled tables). Chunks are
-merged in file order, so the tables are exactly those of a sequential load. (This process
-decoding every other piece itself was slower on 2 cores: while it decodes it holds the GIL, so
-the threads that fed the decoder and read its answers waited, and the decoder idled 45 % of the
-time.)
+of events (:meth:`EventChunks.pieces`) and merges the chunks in file order, so the tables are
+exactly those of a sequential load. The helper has two slots of shared memory: this process
+copies a piece into a free slot and sends the slot's number; the helper decodes the piece
+there and sends back its :class:`ChunkColumns` as one msgpack message (compact columns, never
+pickled tables). A piece that finds both slots taken is decoded here, so the helper is always
+a piece or two ahead and each process decodes as many pieces as its speed allows, with no
+thread: this process never waits on the helper until the file's end. (Two forked decoders
+fed over pipes while this process only cut and merged was slower on 2 cores: three processes
+on two cores, and each 2 MB piece copied through a pipe.)
 
 A piece that does not decode (its cut fell inside a string, or the data is corrupt) stops the
 sharing: what is in flight is collected, the pieces from the failed one on are handed back to
 the stream, and from there every cut is checked here, where corrupt data is reported with its
-byte offset. No file is written: the pieces and the results travel over pipes, and the decoders
-are stopped on every way out (an error, Ctrl-C), so an interrupted load leaves nothing behind.
+byte offset. A helper that dies leaves its pieces to this process the same way. No file is
+written: the slots are anonymous shared memory, the answers travel over a pipe, and the helper
+is stopped on every way out (an error, Ctrl-C), so an interrupted load leaves nothing behind.
 
-Measured on 2 cores (benchmarks/trace_scale.py): worth it from tens of MB of JSON on; below
-:data:`PARALLEL_MIN_BYTES` the forks and the transfers cost more than they save.
+Measured on 2 cores (benchmarks/trace_scale.py): from 15 MB of JSON on, 0.70-0.83x the time of
+one process (54 MB: 0.70x); at 10 MB, 1.06x: below :data:`PARALLEL_MIN_BYTES` the fork costs
+more than it saves.
 """
-
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import signal
+import struct
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,19 +37,25 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from torchtriage.trace.columns import ChunkColumns, decode_chunk
-from torchtriage.trace.scan import as_array
+from torchtriage.trace.scan import SEPARATORS, as_array
 from torchtriage.trace.stream import SYNC, EventChunks, Piece
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
-PARALLEL_MIN_BYTES = 48 * 2**20  # of uncompressed JSON
-_BUSY_MARGIN = 0.5  # two decoders while the 1-minute load average is at most cores - this
-# Bytes of JSON per piece: small enough that the last piece (decoded while the others wait)
-# and the first block (scanned here before any piece) are short, large enough that the
-# per-piece costs (messages, merges) stay small; 2 MB was fastest of 0.5-4 MB here.
+PARALLEL_MIN_BYTES = 12 * 2**20  # of uncompressed JSON
+_BUSY_MARGIN = 0.5  # two processes while the 1-minute load average is at most cores - this
+# Bytes of JSON per piece: small enough that the last piece (decoded while the other process
+# waits) and the first block (scanned here before any piece) are short, large enough that the
+# per-piece costs (messages, merges) stay small; 1 and 2 MB were alike here, 4 MB 1.2-1.3x
+# slower (54-87 MB traces).
 PIECE_BYTES = 2 * 2**20
-_FAILED = b""  # the decoder's answer for a piece that does not decode
+# A slot holds a piece of up to twice that (with its brackets); a larger one, rare (a block
+# without an event's end), is decoded here.
+SLOT_BYTES = 2 * PIECE_BYTES + 2
+_FAILED = b""  # the helper's answer for a piece that does not decode (and the stop order)
+_ORDER = struct.Struct("<BQ")  # slot, bytes
+_SEPARATORS = bytes(SEPARATORS)
 _PIPE_BYTES = 2**20
 
 
@@ -90,62 +102,99 @@ def raw_size(path: Path) -> int:
 
 def decode_in_two(chunks: EventChunks[ChunkColumns], add: Callable[[ChunkColumns], None]
                   ) -> None:
-    """Feed ``add`` every chunk of ``chunks`` in file order, decoded by two forked decoders
-    while this process reads, inflates, cuts and merges."""
+    """Feed ``add`` every chunk of ``chunks`` in file order, decoded here and by one forked
+    helper while this process reads, inflates, cuts and merges."""
     import multiprocessing
 
-    context = multiprocessing.get_context("fork")
-    decoders: list[_Decoder] = []
+    helper = _Helper(multiprocessing.get_context("fork"))
     finished = False
     try:
-        for _ in range(2):
-            decoders.append(_Decoder(context, [end for d in decoders for end in d.ours]))
-        _Dispatch(chunks, add, decoders).run()
+        _Dispatch(chunks, add, helper).run()
         finished = True
     finally:
-        for decoder in decoders:
-            decoder.stop(now=not finished)  # an error or Ctrl-C: their work is not wanted
+        helper.stop(now=not finished)  # an error or Ctrl-C: its work is not wanted
 
 
-class _Decoder:
-    """A forked decoder and this process's ends of its two pipes; ``index``: the piece it is
-    decoding, if any."""
+class _Helper:
+    """The forked decoder: two slots of shared memory that this process copies pieces into
+    (no pipe carries a piece), a pipe of orders (slot, length) to it and one of answers
+    back. ``queue``: the pieces handed to it, (index, slot), in the order given."""
 
-    def __init__(self, context: Any, inherited: list[Connection]) -> None:
-        pieces_in, self.pieces = context.Pipe(duplex=False)  # (reading end, writing end)
+    def __init__(self, context: Any) -> None:
+        self.slots = [mmap.mmap(-1, SLOT_BYTES) for _ in range(2)]  # shared with the fork
+        orders_in, self.orders = context.Pipe(duplex=False)  # (reading end, writing end)
         self.answers, answers_out = context.Pipe(duplex=False)
-        for end in (self.pieces, answers_out):
-            _widen(end)
-        self.ours = [self.pieces, self.answers]
-        self.process = context.Process(target=_decode_pieces,
-                                       args=(pieces_in, answers_out, [*inherited, *self.ours]),
+        _widen(answers_out)
+        self.process = context.Process(target=_decode_slots,
+                                       args=(self.slots, orders_in, answers_out,
+                                             [self.orders, self.answers]),
                                        daemon=True, name="torchtriage-decoder")
         self.process.start()
-        pieces_in.close()
+        orders_in.close()
         answers_out.close()
-        self.index: int | None = None
+        self.queue: deque[tuple[int, int]] = deque()
+        self.free = [1, 0]
+        self.alive = True
+
+    def give(self, index: int, piece: Piece) -> bool:
+        """Hand ``piece`` over as a JSON array in a free slot; False when none is free, the
+        piece does not fit in one, or the helper is gone."""
+        text = piece.text
+        start = len(text) - len(text.lstrip(_SEPARATORS))
+        size = len(text) - start + 2
+        if not (self.free and self.alive and size <= SLOT_BYTES):
+            return False
+        slot = self.free.pop()
+        buffer = self.slots[slot]
+        buffer[0] = 91  # [
+        buffer[1:size - 1] = memoryview(text)[start:]
+        buffer[size - 1] = 93  # ]
+        try:
+            self.orders.send_bytes(_ORDER.pack(slot, size))
+        except OSError:  # it is gone: this process decodes
+            self.free.append(slot)
+            self.alive = False
+            return False
+        self.queue.append((index, slot))
+        return True
+
+    def answer(self) -> tuple[int, bytes]:
+        """The next answer (waiting for it): the piece's index and its columns as msgpack,
+        or an empty message when it did not decode, or the helper is gone."""
+        index, slot = self.queue.popleft()
+        try:
+            answer = self.answers.recv_bytes()
+        except (EOFError, OSError):  # the helper is gone: its pieces are decoded again here
+            answer = _FAILED
+            self.alive = False
+            self.process.join(timeout=1)
+        self.free.append(slot)
+        return index, answer
 
     def stop(self, now: bool) -> None:
         if now:
             self.process.terminate()
         else:
             with contextlib.suppress(OSError):
-                self.pieces.send_bytes(_FAILED)  # an empty piece: stop
+                self.orders.send_bytes(_FAILED)  # an empty order: stop
         self.process.join(timeout=5)
         if self.process.is_alive():
             self.process.terminate()
             self.process.join()
-        for end in self.ours:
+        for end in (self.orders, self.answers):
             end.close()
+        for slot in self.slots:
+            slot.close()
 
 
 class _Dispatch:
-    """The pieces of one load: which decoder takes which, and the merge in order. A decoder
-    gets its next piece as soon as it answers (the piece is cut ahead while they work)."""
+    """The pieces of one load: which go to the helper and which are decoded here, and the
+    merge in order. The helper is kept two pieces ahead; a piece that finds both of its
+    slots taken is decoded here, so each process takes as many as its speed allows."""
 
     def __init__(self, chunks: EventChunks[ChunkColumns], add: Callable[[ChunkColumns], None],
-                 decoders: list[_Decoder]) -> None:
-        self.chunks, self.add, self.decoders = chunks, add, decoders
+                 helper: _Helper) -> None:
+        self.chunks, self.add, self.helper = chunks, add, helper
         self.unpack = msgspec.msgpack.Decoder(ChunkColumns)
         self.held: dict[int, Piece] = {}  # pieces not merged yet, for a rewind
         self.ready: dict[int, ChunkColumns | None] = {}  # decoded, None: did not decode
@@ -163,40 +212,18 @@ class _Dispatch:
                 self.ready[index] = item
             else:
                 self.held[index] = item
-                free = self.free_decoder()
-                if free is None:  # both gone: decode here, with checks from the first lost
-                    self.ready[index] = None
-                    self.settle()
-                    continue
-                free.pieces.send_bytes(item.text)
-                free.index = index
+                self.collect(wait=False)
+                if not self.helper.give(index, item):
+                    self.ready[index] = _decode(item)
             self.merge()
         self.settle()
 
-    def free_decoder(self) -> _Decoder | None:
-        """A decoder without a piece, waiting for an answer when both have one."""
-        from multiprocessing.connection import wait
-
-        while True:
-            for decoder in self.decoders:
-                if decoder.index is None and decoder.process.is_alive():
-                    return decoder
-            busy = [d.answers for d in self.decoders if d.index is not None]
-            if not busy:
-                return None
-            for conn in wait(busy):
-                self.collect(next(d for d in self.decoders if d.answers is conn))
-            self.merge()
-
-    def collect(self, decoder: _Decoder) -> None:
-        try:
-            answer = decoder.answers.recv_bytes()
-        except (EOFError, OSError):  # the decoder is gone: its piece is decoded again here
-            answer = _FAILED
-            decoder.process.join(timeout=1)
-        assert decoder.index is not None
-        self.ready[decoder.index] = self.unpack.decode(answer) if answer else None
-        decoder.index = None
+    def collect(self, wait: bool) -> None:
+        """The helper's answers that have come (all of them, ``wait``-ing, when asked)."""
+        helper = self.helper
+        while helper.queue and (wait or helper.answers.poll()):
+            index, answer = helper.answer()
+            self.ready[index] = self.unpack.decode(answer) if answer else None
 
     def merge(self) -> None:
         while self.ready.get(self.merged) is not None:
@@ -207,9 +234,7 @@ class _Dispatch:
     def settle(self) -> None:
         """Every piece so far decoded and merged, or handed back from the first that did not
         decode on (and the rest of the file cut with checks, here)."""
-        for decoder in self.decoders:
-            if decoder.index is not None:
-                self.collect(decoder)
+        self.collect(wait=True)
         self.merge()
         if self.merged == self.count:
             return
@@ -243,23 +268,26 @@ def _decode(piece: Piece) -> ChunkColumns | None:
         return None
 
 
-def _decode_pieces(pieces: Connection, answers: Connection,
-                   parent_ends: list[Connection]) -> None:
-    """The forked decoder: a piece in, its columns out (an empty message when it does not
-    decode), until an empty piece or the pipe's end."""
+def _decode_slots(slots: list[mmap.mmap], orders: Connection, answers: Connection,
+                  parent_ends: list[Connection]) -> None:
+    """The forked helper: an order (slot, length) in, the columns of the JSON array in that
+    slot out (an empty message when it does not decode), until an empty order or the pipe's
+    end."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loading process's to handle
     for end in parent_ends:
         end.close()
     pack = msgspec.msgpack.Encoder()
+    views = [memoryview(slot) for slot in slots]
     while True:
         try:
-            text = pieces.recv_bytes()
+            order = orders.recv_bytes()
         except (EOFError, OSError):
             return
-        if not text:
+        if not order:
             return
+        slot, size = _ORDER.unpack(order)
         try:
-            answer = pack.encode(decode_chunk(as_array(text, len(text))))
+            answer = pack.encode(decode_chunk(views[slot][:size]))
         except Exception:  # any failure: this piece is decoded again, with checks, there
             answer = _FAILED
         try:
