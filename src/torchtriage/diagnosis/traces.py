@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -151,7 +150,8 @@ def _stdin_spool(paths: TracePaths) -> Iterator[Path | None]:
     if sys.stdin is None or sys.stdin.isatty():
         raise TraceError("-: standard input is a terminal; pipe a trace into it "
                          "(torchtriage analyze - < trace.json.gz)")
-    import tempfile  # only for a trace on standard input (2 ms of every start otherwise)
+    import shutil  # only for a trace on standard input (4 ms of every start otherwise)
+    import tempfile
 
     with tempfile.TemporaryDirectory(prefix="torchtriage-stdin-") as folder:
         target = Path(folder) / "stdin.json"

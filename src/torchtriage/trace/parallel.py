@@ -140,7 +140,7 @@ class _Helper:
         """Hand ``piece`` over as a JSON array in a free slot; False when none is free, the
         piece does not fit in one, or the helper is gone."""
         text = piece.text
-        start = len(text) - len(text.lstrip(_SEPARATORS))
+        start = _leading(text)
         size = len(text) - start + 2
         if not (self.free and self.alive and size <= SLOT_BYTES):
             return False
@@ -248,6 +248,14 @@ class _Dispatch:
         for i in failed:
             self.ready.pop(i, None)
         self.count = self.merged
+
+
+def _leading(text: bytes) -> int:
+    """How many separators (whitespace, a comma) ``text`` starts with, without copying the
+    rest of it as ``lstrip`` would (a piece's worth per piece)."""
+    head = text[:64]
+    run = len(head) - len(head.lstrip(_SEPARATORS))
+    return run if run < len(head) else len(text) - len(text.lstrip(_SEPARATORS))
 
 
 def _widen(conn: Connection) -> None:
