@@ -10,7 +10,7 @@ one by one under ``TORCHTRIAGE_MEMORY_LIMIT`` (``--limit``): a diagnosis or a on
 lines) is a crash; the three loads disagreeing is a mismatch; a case past ``--timeout``
 seconds is a hang (the worker is killed and another started); a worker that dies is a crash.
 Failing cases are written to ``--out`` with what happened. Peak memory is the most resident
-memory of any worker (and of the decoders it forked), against the limit. Every
+memory of any worker (and of the helper it forks for a large load), against the limit. Every
 ``--every`` cases the table so far is printed; the last one is the result.
 """
 
@@ -53,7 +53,7 @@ class Worker:
     def __init__(self, context, seeds, seed: str, directory: str) -> None:
         self.conn, theirs = context.Pipe()
         self.process = context.Process(target=_worker, args=(theirs, seeds, seed, directory))
-        # (not a daemon: it forks the decoders of a load in two processes)
+        # (not a daemon: a load in two processes forks a helper)
         self.process.start()
         theirs.close()
 

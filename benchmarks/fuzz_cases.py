@@ -20,7 +20,8 @@ The oracle: ``torchtriage.analyze`` (what ``torchtriage analyze FILE`` runs) and
 report and JSON of each diagnosis must either succeed or raise a :class:`TorchtriageError`
 whose message is one line; anything else is a crash. Besides, the trace is loaded three ways,
 which must agree (the same tables, or an error each): in 4 MB blocks, in blocks of a few KB
-(every cut between blocks exercised), and by two decoder processes in pieces of a few KB.
+(every cut between blocks exercised), and by two processes (this one and a forked helper) in
+pieces of a few KB.
 """
 
 from __future__ import annotations

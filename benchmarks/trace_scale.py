@@ -83,9 +83,9 @@ else:
     exec(HTA_ANALYSES)
 elapsed = time.perf_counter() - t
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
-# a parallel load's two decoders: what each added beyond the process it was forked from
+# a parallel load's helper: what it added beyond the process it was forked from
 children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-peak += 2 * max(children - base, 0) if children else 0
+peak += max(children - base, 0) if children else 0
 print(json.dumps({"s": elapsed, "peak": peak, "failed": failed}))
 """.replace("HTA_ANALYSES", repr(HTA_ANALYSES))
 

@@ -79,9 +79,9 @@ def decoders(path: Path, workers: int | None) -> int:
              else os.cpu_count() or 1)
     if cores < 2:
         return 1
-    # Two decoders pay only where a second core is free: on 2 cores busy with other work (load
-    # average 2.2-2.4) they took 0.97-1.04x the time of one on 54-87 MB traces, 1.3-2x on
-    # 15-35 MB ones; on idle cores 0.55-0.6x.
+    # Two processes pay only where a second core is free: with both cores of 2 busy with other
+    # work they took 0.99-1.02x the time of one on 35-54 MB traces and 1.22x on 15 MB; on idle
+    # cores 0.70-0.83x.
     busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     return 2 if busy <= cores - _BUSY_MARGIN else 1
 
