@@ -448,3 +448,17 @@ def test_the_strict_path_builds_the_lenient_paths_columns_for_the_rare_events():
     assert strict.rows == 4 and strict.no_ts == 1 and strict.collectives
     columns = np.frombuffer(strict.memory, np.float64).reshape(6, -1)  # column after column
     assert columns[1].tolist() == [100, 200, 300]  # in file order
+
+
+def test_absurd_memory_values_load_without_a_warning(tmp_path):
+    """A [memory] event whose numbers do not fit their columns (a device type of 10**22)
+    loads, and prints nothing on the user's terminal (numpy warns of such casts)."""
+    import warnings
+
+    events = [x("aten::mm", 0, 5),
+              {"ph": "i", "name": "[memory]", "ts": 2, "pid": 1, "tid": 1,
+               "args": {"Total Allocated": 5, "Device Type": 10**22, "Device Id": 10**20}}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace = load_trace(write_trace(tmp_path / "t.json", events))
+    assert trace.memory.total_allocated.tolist() == [5]

@@ -536,12 +536,13 @@ class TableBuilder:
                             collectives=self.collectives)
         mem = (np.concatenate(self.memory_parts, axis=1) if self.memory_parts
                else np.empty((6, 0), dtype=np.float64))
-        memory = MemoryTable(
-            ts=mem[0].copy(),
-            total_allocated=mem[1].astype(np.int64),
-            total_reserved=mem[2].astype(np.int64),
-            nbytes=mem[3].astype(np.int64),
-            device_type=mem[4].astype(np.int8),
-            device_id=mem[5].astype(np.int16),
-        )
+        with np.errstate(invalid="ignore"):  # an absurd value (10**22 as a device type) is
+            memory = MemoryTable(  # cast as it falls, not warned about on the user's terminal
+                ts=mem[0].copy(),
+                total_allocated=mem[1].astype(np.int64),
+                total_reserved=mem[2].astype(np.int64),
+                nbytes=mem[3].astype(np.int64),
+                device_type=mem[4].astype(np.int8),
+                device_id=mem[5].astype(np.int16),
+            )
         return events, memory
