@@ -289,6 +289,22 @@ def test_pieces_too_large_for_the_helpers_slots_are_decoded_here(tmp_path, monke
     assert True in handed and False in handed
 
 
+def test_the_helper_is_kept_one_piece_ahead_in_the_files_last_pieces(tmp_path, monkeypatch):
+    """Two pieces ahead while the file lasts, one in its last two pieces' worth: the last
+    pieces are shared out instead of this process waiting on the helper's two."""
+    from torchtriage.trace import parallel
+
+    path = _tricky_trace(tmp_path / "t.json", n=6000)
+    monkeypatch.setattr(parallel, "PIECE_BYTES", 20_000)  # (the pieces of _tables)
+    aheads = []
+    give = parallel._Helper.give
+    monkeypatch.setattr(parallel._Helper, "give",
+                        lambda self, i, piece, ahead=2: aheads.append(ahead)
+                        or give(self, i, piece, ahead))
+    assert _tables(path, parallel=True) == _tables(path, parallel=False)
+    assert aheads[:10] == [2] * 10 and aheads[-1] == 1 and 1 <= aheads.count(1) <= 4
+
+
 def test_a_helper_that_dies_mid_load_leaves_its_pieces_to_this_process(tmp_path, monkeypatch):
     import multiprocessing
     import os

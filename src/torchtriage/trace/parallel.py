@@ -136,13 +136,14 @@ class _Helper:
         self.free = [1, 0]
         self.alive = True
 
-    def give(self, index: int, piece: Piece) -> bool:
+    def give(self, index: int, piece: Piece, ahead: int = 2) -> bool:
         """Hand ``piece`` over as a JSON array in a free slot; False when none is free, the
-        piece does not fit in one, or the helper is gone."""
+        helper already has ``ahead`` pieces, the piece does not fit in a slot, or the helper
+        is gone."""
         text = piece.text
         start = _leading(text)
         size = len(text) - start + 2
-        if not (self.free and self.alive and size <= SLOT_BYTES):
+        if not (self.free and len(self.queue) < ahead and self.alive and size <= SLOT_BYTES):
             return False
         slot = self.free.pop()
         buffer = self.slots[slot]
@@ -189,12 +190,14 @@ class _Helper:
 
 class _Dispatch:
     """The pieces of one load: which go to the helper and which are decoded here, and the
-    merge in order. The helper is kept two pieces ahead; a piece that finds both of its
-    slots taken is decoded here, so each process takes as many as its speed allows."""
+    merge in order. The helper is kept two pieces ahead (one in the file's last two pieces'
+    worth); a piece that finds it that far ahead is decoded here, so each process takes as
+    many as its speed allows."""
 
     def __init__(self, chunks: EventChunks[ChunkColumns], add: Callable[[ChunkColumns], None],
                  helper: _Helper) -> None:
         self.chunks, self.add, self.helper = chunks, add, helper
+        self.raw_total = raw_size(chunks.path)  # (an estimate past 4 GiB of gzip)
         self.unpack = msgspec.msgpack.Decoder(ChunkColumns)
         self.held: dict[int, Piece] = {}  # pieces not merged yet, for a rewind
         self.ready: dict[int, ChunkColumns | None] = {}  # decoded, None: did not decode
@@ -213,7 +216,10 @@ class _Dispatch:
             else:
                 self.held[index] = item
                 self.collect(wait=False)
-                if not self.helper.give(index, item):
+                # Near the end, the helper is kept one piece ahead, not two: the last pieces
+                # are then shared out, instead of this process waiting for two of them.
+                near_end = self.raw_total - self.chunks.raw_bytes < 2 * PIECE_BYTES
+                if not self.helper.give(index, item, ahead=1 if near_end else 2):
                     self.ready[index] = _decode(item)
             self.merge()
         self.settle()
