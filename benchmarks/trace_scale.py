@@ -15,6 +15,7 @@ torchtriage.analyze with 1 and 2 worker processes.
 
     python benchmarks/trace_scale.py --hta-python /tmp/htavenv/bin/python   # full table
     python benchmarks/trace_scale.py --quick     # small trace, 5 MB synthetic (CI smoke test)
+    python benchmarks/trace_scale.py --peaks     # peak memory on every shared trace
     python benchmarks/trace_scale.py --whole-process --hta-python /work/venv-hta/bin/python \
         --python /work/venv-tt/bin/python
 
@@ -82,7 +83,17 @@ else:
     trace_dir = path
     exec(HTA_ANALYSES)
 elapsed = time.perf_counter() - t
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+def high_water():
+    # This process's own peak. ru_maxrss would carry the peak of the process that started
+    # this one (Linux records the old image's high-water mark at exec): a benchmark that has
+    # read large files would lend every child its size. VmHWM starts afresh at exec.
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+peak = high_water() - base
 # a parallel load's helper: what it added beyond the process it was forked from
 children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 peak += max(children - base, 0) if children else 0
@@ -171,6 +182,22 @@ print(time.perf_counter() - t)
 """
 
 
+def peaks_table(paths: list[Path], timeout: float) -> None:
+    """Peak memory against the JSON's size for every trace: the most resident memory the
+    load and diagnosis added (the helper of a parallel load included), one run each."""
+    print("| trace | raw MB | peak MB | peak / raw |")
+    print("|---|---|---|---|")
+    for path in paths:
+        mb = raw_size(path) / 1e6
+        result = run_child(sys.executable, "torchtriage", path, timeout)
+        name = str(path.relative_to(SHARED)) if path.is_relative_to(SHARED) else path.name
+        if not result or "error" in result:
+            print(f"| {name} | {mb:.2f} | {(result or {}).get('error', 'failed')} | - |")
+            continue
+        print(f"| {name} | {mb:.2f} | {result['peak'] / 1e6:.1f} | "
+              f"{result['peak'] / 1e6 / mb:.2f}x |", flush=True)
+
+
 def scaling_table(trace: Path, ranks: int, repeat: int, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     suffix = "".join(trace.suffixes[-2:]) if trace.name.endswith(".gz") else ".json"
@@ -216,8 +243,18 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable,
                         help="--whole-process: the interpreter that runs torchtriage (made "
                              "like HTA's venv, so that both start alike: see whole_process.py)")
+    parser.add_argument("--peaks", action="store_true",
+                        help="peak memory against the JSON's size on every shared trace (and "
+                             "the synthetic one, when written)")
     parser.add_argument("traces", nargs="*", type=Path)
     args = parser.parse_args()
+    if args.peaks:
+        paths = args.traces or sorted(p for p in SHARED.rglob("*.json*") if p.is_file())
+        synthetic = args.workdir / f"synthetic_{args.synthetic_mb:g}MB.json"
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores; one run each\n")
+        peaks_table(paths + ([synthetic] if synthetic.exists() and not args.traces else []),
+                    args.timeout)
+        return
     if args.whole_process:
         small, large = SHARED / WHOLE_SMALL, [SHARED / n for n in WHOLE_LARGE]
         if args.quick:

@@ -284,7 +284,8 @@ def test_pieces_too_large_for_the_helpers_slots_are_decoded_here(tmp_path, monke
     handed = []
     give = parallel._Helper.give
     monkeypatch.setattr(parallel._Helper, "give",
-                        lambda self, i, piece: handed.append(give(self, i, piece)) or handed[-1])
+                        lambda self, i, piece, ahead=2: handed.append(give(self, i, piece, ahead))
+                        or handed[-1])
     assert _tables(path, parallel=True) == sequential
     assert True in handed and False in handed
 

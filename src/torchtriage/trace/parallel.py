@@ -18,9 +18,10 @@ byte offset. A helper that dies leaves its pieces to this process the same way. 
 written: the slots are anonymous shared memory, the answers travel over a pipe, and the helper
 is stopped on every way out (an error, Ctrl-C), so an interrupted load leaves nothing behind.
 
-Measured on 2 cores (benchmarks/trace_scale.py): from 15 MB of JSON on, 0.70-0.83x the time of
-one process (54 MB: 0.70x); at 10 MB, 1.06x: below :data:`PARALLEL_MIN_BYTES` the fork costs
-more than it saves.
+Measured on 2 cores, in 1 MB pieces: 0.62-0.91x the time of one process on the 10-54 MB
+shared traces (10 MB: 0.91x, 54 MB: 0.62x). The helper's working set is a second one, though:
+a 10 MB trace's peak went from 12 MB to 20 MB. Below :data:`PARALLEL_MIN_BYTES` (12 MiB) the
+few milliseconds saved are not worth it, and the peak stays within twice the JSON.
 """
 from __future__ import annotations
 
@@ -46,10 +47,11 @@ if TYPE_CHECKING:
 PARALLEL_MIN_BYTES = 12 * 2**20  # of uncompressed JSON
 _BUSY_MARGIN = 0.5  # two processes while the 1-minute load average is at most cores - this
 # Bytes of JSON per piece: small enough that the last piece (decoded while the other process
-# waits) and the first block (scanned here before any piece) are short, large enough that the
-# per-piece costs (messages, merges) stay small; 1 and 2 MB were alike here, 4 MB 1.2-1.3x
-# slower (54-87 MB traces).
-PIECE_BYTES = 2 * 2**20
+# waits) and the first block (scanned here before any piece) are short and that each
+# process's working set stays small, large enough that the per-piece costs (messages,
+# merges) stay small. 1 MB pieces loaded 15-87 MB traces as fast as 2 MB ones or faster (4 MB:
+# 1.2-1.3x slower) with a third less peak memory on 15-35 MB ones (2026-12-04).
+PIECE_BYTES = 2**20
 # A slot holds a piece of up to twice that (with its brackets); a larger one, rare (a block
 # without an event's end), is decoded here.
 SLOT_BYTES = 2 * PIECE_BYTES + 2
