@@ -28,3 +28,16 @@ def test_all_benchmarks_print_their_tables(shared_traces):
     assert "accuracy: 7/7" in out
     # A/B verdicts
     assert "| data_starved | dataloader.num_workers=2 |" in out
+
+
+def test_the_peak_table_measures_each_trace_in_its_own_process(shared_traces):
+    """`trace_scale.py --peaks`: a row per trace with its peak against its JSON (VmHWM, so a
+    child does not inherit the benchmark's own high-water mark)."""
+    trace = shared_traces / "hta" / "trace_filter" / "sampled_rank-0.json.gz"
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "trace_scale.py"),
+                             "--peaks", str(trace)], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if "sampled_rank-0" in line)
+    _, _, raw_mb, peak_mb, ratio, _ = row.split("|")
+    assert float(raw_mb) == 1.76 and 0 < float(peak_mb) < 20 and ratio.strip().endswith("x")
