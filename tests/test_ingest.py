@@ -408,12 +408,18 @@ def test_two_decoders_only_for_a_large_trace_on_a_free_second_core(tmp_path, mon
         f.truncate(parallel.PARALLEL_MIN_BYTES)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.3, 0.3, 0.3))
+    monkeypatch.setattr(parallel, "_runnable_now", lambda: 1)  # this process alone
     assert (parallel.decoders(small, None), parallel.decoders(big, None)) == (1, 2)
     assert parallel.decoders(small, 2) == 2 and parallel.decoders(big, 1) == 1
-    monkeypatch.setattr(os, "getloadavg", lambda: (2.2, 2.0, 1.0))  # the cores are taken
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.2, 2.0, 1.0))  # the cores were taken...
+    assert parallel.decoders(big, None) == 2  # ...and are free now: a training run ended
+    monkeypatch.setattr(parallel, "_runnable_now", lambda: 3)  # and taken now
+    assert parallel.decoders(big, None) == 1
+    monkeypatch.setattr(parallel, "_runnable_now", lambda: None)  # (no /proc: the average)
     assert parallel.decoders(big, None) == 1
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(parallel, "_runnable_now", lambda: 1)
     assert parallel.decoders(big, None) == 1  # one core for this process
 
 

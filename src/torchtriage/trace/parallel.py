@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
 PARALLEL_MIN_BYTES = 12 * 2**20  # of uncompressed JSON
-_BUSY_MARGIN = 0.5  # two processes while the 1-minute load average is at most cores - this
+_BUSY_MARGIN = 0.5  # two processes while machine_load() is at most cores - this
 # Bytes of JSON per piece: small enough that the last piece (decoded while the other process
 # waits) and the first block (scanned here before any piece) are short and that each
 # process's working set stays small, large enough that the per-piece costs (messages,
@@ -64,7 +64,7 @@ _PIPE_BYTES = 2**20
 def decoders(path: Path, workers: int | None) -> int:
     """How many processes decode ``path``: ``workers`` when given (at most 2), else 2 for a
     trace of :data:`PARALLEL_MIN_BYTES` or more when this process may use two cores, can fork
-    and the machine is not busy (1-minute load average at most cores - 0.5), else 1. Never 2
+    and the machine is not busy (:func:`machine_load` at most cores - 0.5), else 1. Never 2
     where this process cannot fork children (no fork; a daemonic process, such as a pool's)."""
     if workers is not None and workers < 2:
         return 1
@@ -84,8 +84,27 @@ def decoders(path: Path, workers: int | None) -> int:
     # Two processes pay only where a second core is free: with both cores of 2 busy with other
     # work they took 0.99-1.02x the time of one on 35-54 MB traces and 1.22x on 15 MB; on idle
     # cores 0.70-0.83x.
-    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    return 2 if busy <= cores - _BUSY_MARGIN else 1
+    return 2 if machine_load() <= cores - _BUSY_MARGIN else 1
+
+
+def machine_load() -> float:
+    """How many cores other work takes as a load starts: the lesser of the 1-minute load
+    average and the tasks runnable right now besides this one (``/proc/loadavg``'s fourth
+    field). The average lags: for a minute after a training run or a build has ended it still
+    says the cores are taken, and a load would decode in one process for nothing; a moment's
+    count alone would miss work that only pauses."""
+    average = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    now = _runnable_now()
+    return average if now is None else min(average, max(now - 1, 0))
+
+
+def _runnable_now() -> int | None:
+    """Tasks runnable at this instant, this one included (Linux); None elsewhere."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def raw_size(path: Path) -> int:
