@@ -23,6 +23,7 @@ shared traces (10 MB: 0.91x, 54 MB: 0.62x). The helper's working set is a second
 a 10 MB trace's peak went from 12 MB to 20 MB. Below :data:`PARALLEL_MIN_BYTES` (12 MiB) the
 few milliseconds saved are not worth it, and the peak stays within twice the JSON.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from torchtriage.trace.columns import ChunkColumns, decode_chunk
-from torchtriage.trace.scan import SEPARATORS, as_array
+from torchtriage.trace.scan import as_array, leading_separators
 from torchtriage.trace.stream import SYNC, EventChunks, Piece
 
 if TYPE_CHECKING:
@@ -57,7 +58,6 @@ PIECE_BYTES = 2**20
 SLOT_BYTES = 2 * PIECE_BYTES + 2
 _FAILED = b""  # the helper's answer for a piece that does not decode (and the stop order)
 _ORDER = struct.Struct("<BQ")  # slot, bytes
-_SEPARATORS = bytes(SEPARATORS)
 _PIPE_BYTES = 2**20
 
 
@@ -162,7 +162,7 @@ class _Helper:
         helper already has ``ahead`` pieces, the piece does not fit in a slot, or the helper
         is gone."""
         text = piece.text
-        start = _leading(text)
+        start = leading_separators(text)
         size = len(text) - start + 2
         if not (self.free and len(self.queue) < ahead and self.alive and size <= SLOT_BYTES):
             return False
@@ -275,14 +275,6 @@ class _Dispatch:
         for i in failed:
             self.ready.pop(i, None)
         self.count = self.merged
-
-
-def _leading(text: bytes) -> int:
-    """How many separators (whitespace, a comma) ``text`` starts with, without copying the
-    rest of it as ``lstrip`` would (a piece's worth per piece)."""
-    head = text[:64]
-    run = len(head) - len(head.lstrip(_SEPARATORS))
-    return run if run < len(head) else len(text) - len(text.lstrip(_SEPARATORS))
 
 
 def _widen(conn: Connection) -> None:

@@ -51,6 +51,16 @@ def as_array(data: bytes, end: int) -> bytes:
     return b"".join((b"[", memoryview(data)[start:end], b"]"))
 
 
+def leading_separators(data: bytes | bytearray) -> int:
+    """How many whitespace and comma bytes ``data`` starts with, without copying the rest of
+    it (``lstrip`` copies what remains: a block's or a piece's worth at every cut)."""
+    head = data[:64]
+    run = len(head) - len(head.lstrip(b" \t\r\n,"))
+    if run < len(head) or len(data) <= 64:
+        return run
+    return len(data) - len(data.lstrip(b" \t\r\n,"))  # a long run of them: one copy
+
+
 def candidate_cuts(data: bytes) -> Iterator[int]:
     """Positions just after a ``}`` followed by ``,`` and ``{`` (whitespace allowed), from the
     end of ``data`` backwards: the likely ends of events."""

@@ -47,6 +47,7 @@ from torchtriage.trace.scan import (
     as_array,
     candidate_cuts,
     events_array_start,
+    leading_separators,
     structure,
     until_closed,
 )
@@ -282,7 +283,7 @@ class EventChunks(Generic[T]):
         tail = self._tail
         if not strip:
             return bool(tail)
-        skip = _leading_separators(tail)
+        skip = leading_separators(tail)
         if skip:
             del tail[:skip]
         if tail and tail[0] not in _VALUE_START and tail[0] != 93:
@@ -331,7 +332,7 @@ class EventChunks(Generic[T]):
         del tail[:cut]
         self._scanned, self._state = 0, _BOUNDARY
         if closed is None:  # a checked boundary: the whitespace after it is not kept
-            del tail[:_leading_separators(tail)]
+            del tail[:leading_separators(tail)]
             return decoded, None
         return decoded, closed - cut
 
@@ -453,16 +454,6 @@ def _error_offset(exc: msgspec.DecodeError, array_start: int) -> int:
     (``array_start``: the file offset of the array's first event, after its ``[``)."""
     found = re.search(r"\(byte (\d+)\)", str(exc))
     return array_start + max(int(found.group(1)) - 1, 0) if found else array_start
-
-
-def _leading_separators(data: bytearray) -> int:
-    """How many whitespace and comma bytes ``data`` starts with, without copying the rest of
-    it (``lstrip`` copies what remains: a block's worth at every cut)."""
-    head = data[:64]
-    run = len(head) - len(head.lstrip(b" \t\r\n,"))
-    if run < len(head) or len(data) <= 64:
-        return run
-    return len(data) - len(data.lstrip(b" \t\r\n,"))  # a long run of them: one copy
 
 
 def _blocks(path: Path, block_bytes: int) -> Iterator[bytes]:
