@@ -9,8 +9,9 @@ written by benchmarks/synthetic_trace.py), each tool runs in a fresh child proce
                breakdowns (needs --hta-python: an interpreter with holistictraceanalysis 0.5)
 
 Wall time is the median over --repeat runs; MB/s is of uncompressed JSON; peak is the most
-resident memory the work added (ru_maxrss at the end minus RSS after the imports), measured in
-the same runs. Then multi-rank scaling: a directory of N copies of a trace as ranks, through
+resident memory the work added (the process's VmHWM at the end minus its RSS after the
+imports, plus what a parallel load's helper added beyond it), measured in the same runs.
+Then multi-rank scaling: a directory of N copies of a trace as ranks, through
 torchtriage.analyze with 1 and 2 worker processes.
 
     python benchmarks/trace_scale.py --hta-python /tmp/htavenv/bin/python   # full table
