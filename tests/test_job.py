@@ -230,13 +230,27 @@ def test_an_fsdp2_gloo_job_is_communication_with_fsdp_levers_first(tmp_path):
         assert "fsdp.reshard_after_forward" in {w["id"] for w in d["withheld"]}
 
 
+def _rank_aborted_in_gloo(stderr: str) -> bool:
+    """A rank of a two-rank CPU gloo job killed by SIGABRT, with nothing on its stderr (not
+    Python's faulthandler, not libstdc++'s terminate message), and its peer told "Connection
+    closed by peer" in the first steps' backward. Seen in ~1 of 80 runs of this test with
+    four jobs at once on 2 cores (2 in 160; 0 in 80 of the same script without the knob, 0
+    in 80 with it two at once) and once in CI; never with one job at a time (60 runs). Not
+    traced to torchtriage: no signal of ours is SIGABRT and no Python frame is reported."""
+    return "(SIGABRT)" in stderr and "Connection closed by peer" in stderr
+
+
 def test_memory_fsdp_keeps_ddp_where_there_is_no_repeated_block(tmp_path):
     """memory.fsdp on a model without repeated blocks (ddp_gloo.py: Linear, ReLU, Linear)
     keeps DDP and says why (sharding it applied, with DDP's losses, is in
     tests/test_fix.py's ladder test)."""
-    proc = _run(tmp_path / "plain", "--knob", "memory.fsdp=true", "--", "torchrun",
-                "--nproc_per_node=2", str(SCRIPTS / "ddp_gloo.py"))
+    args = ("--knob", "memory.fsdp=true", "--", "torchrun", "--nproc_per_node=2",
+            str(SCRIPTS / "ddp_gloo.py"))
+    out = tmp_path / "plain"
+    proc = _run(out, *args)
+    if proc.returncode != 0 and _rank_aborted_in_gloo(proc.stderr):
+        out = tmp_path / "again"  # see _rank_aborted_in_gloo: once more, never twice
+        proc = _run(out, *args)
     assert proc.returncode == 0, proc.stderr
-    outcome = json.loads((tmp_path / "plain" / "run.rank0.json").read_text())["knobs"][
-        "memory.fsdp"]
+    outcome = json.loads((out / "run.rank0.json").read_text())["knobs"]["memory.fsdp"]
     assert not outcome["applied"] and "no repeated block" in outcome["detail"], outcome
