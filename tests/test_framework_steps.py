@@ -216,6 +216,35 @@ def test_the_cost_guard_shortens_an_op_heavy_window_before_it_records(tmp_path, 
     assert '"Input Dims"' not in text and '"[memory]"' not in text
 
 
+def test_the_cost_guard_keeps_the_profilers_memory_within_its_share(tmp_path, monkeypatch):
+    """A window whose profiler memory would pass its share of the memory limit records one
+    active step, ops only; a step that alone would pass it is not recorded, the training runs
+    to its end, and the session says why in one line (the run record too)."""
+    from torchtriage.diagnosis import thresholds as th
+    from torchtriage.errors import CaptureError
+
+    probe = _lbfgs_loop(tmp_path / "probe", 3).cost.events_per_step
+    step_bytes = probe * th.PROFILE_BYTES_PER_EVENT.value
+    share = th.PROFILE_MEMORY_SHARE.value
+    monkeypatch.setenv("TORCHTRIAGE_MEMORY_LIMIT", str(int(2.5 * step_bytes / share)))
+    prof = _lbfgs_loop(tmp_path / "one", 10)
+    assert (prof.warmup, prof.active, prof.cost.recorded_steps) == (1, 1, 1)
+    assert "one active step recorded" in prof.cost.action
+    assert prof.cost.dropped == ["record_shapes", "profile_memory"]
+    assert prof.diagnosis.trace.steps_analyzed == [2]
+
+    monkeypatch.setenv("TORCHTRIAGE_MEMORY_LIMIT", str(int(0.5 * step_bytes / share)))
+    prof = _lbfgs_loop(tmp_path / "none", 10)
+    assert prof.refused and prof.error == prof.refused and "\n" not in prof.error
+    assert "not profiled (the training went on)" in prof.error
+    assert not list((tmp_path / "none").glob("*.pt.trace.json.gz"))
+    rec = json.loads((tmp_path / "none" / "run.json").read_text())
+    assert rec["steps_run"] == 10 and rec["error"] == prof.error
+    assert rec["profile_cost"]["recorded_steps"] == 0
+    with pytest.raises(CaptureError, match="not profiled"):
+        prof.diagnosis  # noqa: B018
+
+
 _PROBE_INSIDE_A_RANGE = """
 import sys
 import torch
@@ -275,6 +304,27 @@ def test_run_checks_the_window_the_cost_guard_shortened(tmp_path):
     assert windows and all(w["last_step"] - w["first_step"] + 1 == 2 for w in windows), windows
     doc = diagnosis(out) if (out / "diagnosis.json").exists() else None
     assert doc is None or len(doc["trace"]["steps_analyzed"]) == 2
+
+
+def test_run_refuses_a_step_too_large_to_record_in_one_line_and_stops_early(tmp_path):
+    """A step whose profiler memory alone passes its share of the memory limit: `run` says
+    so in one line, exits non-zero, and with --stop-after-window stops the script right after
+    the probed step instead of running the window's unprofiled steps."""
+    import os
+
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchtriage", "run", "--out", str(out), "--stop-after-window",
+         "--", sys.executable, str(SCRIPTS / "closure_regression.py"), "--max-iter", "3",
+         "--steps", "40", "--width", "32"],
+        env={**os.environ, "TORCHTRIAGE_MEMORY_LIMIT": "64KiB"}, capture_output=True,
+        text=True, timeout=300, cwd=REPO)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("torchtriage: error")]
+    assert len(errors) == 1 and "not profiled (the training went on)" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    rec = record(out)
+    assert rec["profile_cost"]["recorded_steps"] == 0 and rec["steps_run"] < 10, rec
 
 
 # --- the Dataset as the slow part of the input pipeline --------------------------------

@@ -1,4 +1,5 @@
-"""Parsing of what users type: sizes ("16GiB", 1073741824), durations ("10m"), percentages."""
+"""Parsing of what users type: sizes ("16GiB", 1073741824), durations ("10m"), percentages;
+and sizes written back for them (:func:`format_bytes`)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,11 @@ def parse_percent(text: str, option: str = "--fail-on-regression") -> float:
     if not 0 <= value < 100:
         raise TorchtriageError(f"{option} must be between 0% and 100%, got {text}")
     return value / 100
+
+
+def format_bytes(n: int | float) -> str:
+    """``n`` bytes in the largest binary unit it reaches, one decimal: "1.5 GiB", "862 B"."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"

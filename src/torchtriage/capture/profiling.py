@@ -183,10 +183,11 @@ class ProfilingWindow:
                     self._decide(steps, reason, again=False)
             return False
         if self.session.trace_path is None:
-            if self.session.save_error is None:
+            if self.session.save_error is None and self.session.refused is None:
                 self.session.step()
                 return False
-            if not self._following():  # a full disk: no window to check, none again
+            # a full disk, or a step too large to record: no window to check, none again
+            if not self._following():
                 return self._last_window(steps, marker=False)
             if not self._checked:  # nothing to check: the leader says when to stop
                 self._checked, self._decided_at = True, time.monotonic()
@@ -232,7 +233,7 @@ class ProfilingWindow:
         capture/agreement.py)."""
         assert self.agreement is not None
         if self.session is not None and self.session.trace_path is None \
-                and self.session.save_error is None:
+                and self.session.save_error is None and self.session.refused is None:
             return None  # profiling: nothing to decide
         decision = self.agreement.decision(self._windows)
         if decision is None:

@@ -350,6 +350,25 @@ PROFILE_EXPORT_US_PER_EVENT = Threshold(
     "how long a window's export will take",
     "the two measurements above (170-200 µs per op event with shapes and memory on)",
 )
+PROFILE_BYTES_PER_EVENT = Threshold(
+    "profile_bytes_per_event", 1_700, "bytes per event",
+    "memory the profiler holds per recorded op event with shapes, stacks and memory off (while "
+    "recording, and the results built when it stops): with the window's estimated events, "
+    "what the window would take from the training process",
+    "measured 2026-12-05, torch 2.13 CPU, pytorch/examples time_sequence_prediction (LBFGS over "
+    "an LSTMCell loop) under torchtriage run: its probed step, 6,436,051 events, took the "
+    "process from 1.39 to 11.88 GB resident (1,630 B per event); 3 forward+backward passes in "
+    "a fresh process: 980 B per event, 2,685 B with record_shapes on",
+)
+PROFILE_MEMORY_SHARE = Threshold(
+    "profile_memory_share", 0.5, "share of the memory limit",
+    "share of the memory torchtriage may use (80% of the memory available when the probe "
+    "ends, or TORCHTRIAGE_MEMORY_LIMIT) that a window's profiler may take; above it the window "
+    "is one active step, and a step that alone passes it is not recorded",
+    "torchtriage default: the other half is the training's own growth and the trace's "
+    "analysis; before this limit time_sequence_prediction (6.4 million events per LBFGS step) "
+    "was killed by the kernel's OOM killer at 24 GB while its step was probed with shapes",
+)
 
 TIMING_DAMAGE_LOWER = Threshold(
     "timing_damage_lower", 0.001, "share of complete events",
@@ -378,6 +397,8 @@ ALL: tuple[Threshold, ...] = (
     ONE_OFF_MIN_MS,
     PROFILE_EVENTS_BUDGET,
     PROFILE_EXPORT_US_PER_EVENT,
+    PROFILE_BYTES_PER_EVENT,
+    PROFILE_MEMORY_SHARE,
     MEMORY_NEAR_CAPACITY,
     MEMORY_FRAGMENTATION,
     FRAGMENTATION_MIN_RESERVED,

@@ -59,6 +59,10 @@ class ProfileCost(msgspec.Struct, kw_only=True):
     estimated_export_s: float  # estimated_events x thresholds.PROFILE_EXPORT_US_PER_EVENT
     # recording options turned off: "record_shapes", "with_stack", "profile_memory"
     dropped: list[str] = []
+    # the window's profiler memory (estimated_events x thresholds.PROFILE_BYTES_PER_EVENT) and
+    # what it may take (thresholds.PROFILE_MEMORY_SHARE of the memory limit); 0: not assessed
+    estimated_bytes: int = 0
+    memory_allowed_bytes: int = 0
     action: str  # one line: what the guard did, or "none"
 
 

@@ -28,6 +28,7 @@ from torchtriage.trace.columns import ChunkColumns, TableBuilder, decode_chunk
 from torchtriage.trace.model import DeviceInfo, Trace, TraceMeta
 from torchtriage.trace.quality import check_timings
 from torchtriage.trace.stream import BLOCK_BYTES, EventChunks
+from torchtriage.units import format_bytes
 
 _NO_RAW = msgspec.Raw(b"")
 
@@ -109,7 +110,7 @@ def load_trace(path: str | os.PathLike[str], memory_limit: int | None = None,
     else:
         limit, limit_source = memory_limit, "this worker's share of the memory available"
     parallel = decoders(path, workers) > 1
-    label = f"{_size(limit)} ({limit_source})"
+    label = f"{format_bytes(limit)} ({limit_source})"
     chunks: EventChunks[ChunkColumns] = EventChunks(
         path, decode_chunk, block_bytes=PIECE_BYTES if parallel else BLOCK_BYTES,
         memory_limit=limit, limit_label=label)
@@ -172,13 +173,6 @@ def _invalid(exc: msgspec.ValidationError) -> str:
     if field:  # the chunk's index would mislead: the field alone
         return f"{what} in an event's {field.group(1)}"
     return text
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def _meta(path: Path, parsed: _TraceFile, raw_bytes: int) -> TraceMeta:
