@@ -75,6 +75,10 @@ def test_small_ops_make_a_cpu_trace_host_bound(tmp_path):
     assert d.layers["host"].share == pytest.approx(0.8, abs=0.01)
     assert d.prescriptions[0].layer == "host"
     assert any(f.id == "host.small_ops" for f in d.findings)
+    # on CPU, compiling is fusion: no CUDA graphs in its title or code
+    (compile_,) = [p for p in d.prescriptions if p.id == "compile.reduce_overhead"]
+    assert compile_.code.startswith("model = torch.compile(model)  #")
+    assert "CUDA graphs" not in compile_.title
     # Step time is still attributed to the op categories; the layer view moves it.
     assert d.breakdown.share["forward"] == pytest.approx(0.875, abs=0.01)
 
@@ -186,6 +190,7 @@ def test_gpu_host_syncs_and_pageable_copies(tmp_path):
     assert d.primary == "host"
     ids = [p.id for p in d.prescriptions]
     assert ids.index("sync.remove") < ids.index("compile.reduce_overhead")
+    assert 'mode="reduce-overhead"' in d.prescriptions[ids.index("compile.reduce_overhead")].code
     assert {"host.syncs", "data_loading.pageable_copies"} <= {f.id for f in d.findings}
 
 

@@ -29,6 +29,9 @@ class Remedy(msgspec.Struct, frozen=True):
     expected_gain: str
     verify: str
     gpu_only: bool = False
+    # the title and code on a CPU-only trace, where they differ ("": the same)
+    cpu_title: str = ""
+    cpu_code: str = ""
 
 
 CATALOG: tuple[Remedy, ...] = (
@@ -75,7 +78,10 @@ CATALOG: tuple[Remedy, ...] = (
            "Compile with CUDA graphs to remove per-kernel launch cost",
            'model = torch.compile(model, mode="reduce-overhead")',
            "1.2-3x on launch-bound steps (on CPU: the gain comes from fusion only)",
-           "host/launch share and ops per step fall; compile time is paid back"),
+           "host/launch share and ops per step fall; compile time is paid back",
+           cpu_title="Compile the model so that its small ops run as fused generated code",
+           cpu_code='model = torch.compile(model)  # "reduce-overhead" adds CUDA graphs: GPU '
+                    'only'),
     # kernel: precision first, then fusion, then custom kernels.
     Remedy("matmul.tf32", "kernel", 1,
            "Let fp32 matmuls use TF32 tensor cores (Ampere or newer)",

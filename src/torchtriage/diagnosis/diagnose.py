@@ -536,11 +536,14 @@ def _prescriptions(primary, ranked, facts, verdicts
 
 
 def _prescription(remedy: Remedy, reason: str, device: str = "cuda") -> r.Prescription:
-    """The catalog entry as a prescription; autocast snippets name the trace's device."""
+    """The catalog entry as a prescription; autocast snippets name the trace's device, and
+    on a CPU trace an entry's CPU title and code replace its own."""
+    cpu = device == "cpu"
+    title = remedy.cpu_title if cpu and remedy.cpu_title else remedy.title
+    code = remedy.cpu_code if cpu and remedy.cpu_code else remedy.code
     return r.Prescription(
         id=remedy.id, layer=remedy.layer, cost=remedy.cost, cost_label=COST_LABELS[remedy.cost],
-        title=remedy.title, code=remedy.code.replace('device_type="cuda"',
-                                                      f'device_type="{device}"'),
+        title=title, code=code.replace('device_type="cuda"', f'device_type="{device}"'),
         expected_gain=remedy.expected_gain,
         verify=remedy.verify, reason=reason)
 
