@@ -167,6 +167,20 @@ def test_fused_is_withheld_from_a_foreach_optimizer_that_takes_little_of_the_ste
     assert d.prescriptions[0].id == "optimizer.fused"
 
 
+def test_fused_is_withheld_from_a_per_parameter_optimizer_that_takes_little_of_the_step(
+        tmp_path):
+    """pytorch/examples' reinforce.py on CPU: Adam one parameter at a time (104 ops a step)
+    at 3.6 % of the step was its first fix; fusing it saves at most that share."""
+    d, ev = _optimizer_trace(tmp_path / "loop", False, 10000)  # share ~0.01
+    assert d.primary == "host" and ev["optimizer_multi_tensor_ops_per_step"] == 0
+    assert ev["optimizer_ops_per_step"] >= th.OPTIMIZER_OPS_PER_STEP.value, ev
+    (held,) = [w for w in d.withheld if w.id == "optimizer.fused"]
+    assert "one parameter at a time" in held.reason and "saves at most" in held.reason
+    share = next(e for e in held.evidence if e.metric == "optimizer_share")
+    assert share.value < th.PER_PARAMETER_OPTIMIZER_SHARE.value == share.threshold
+    assert "optimizer.fused" not in [p.id for p in d.prescriptions]
+
+
 def test_fused_is_prescribed_for_a_foreach_optimizer_that_takes_much_of_the_step(tmp_path):
     d, ev = _optimizer_trace(tmp_path / "foreach", True, 10)
     assert ev["optimizer_multi_tensor_ops_per_step"] > 0
