@@ -43,8 +43,9 @@ def test_a_window_past_its_memory_share_records_one_active_step_ops_only():
     assert "one active step recorded" in fit.cost.action and "a test's limit" in fit.cost.action
 
 
-def test_a_step_that_alone_passes_the_memory_share_is_not_recorded():
-    """time_sequence_prediction's LBFGS step: 6.4 million events, 10 GB of profiler memory."""
+def test_a_step_that_alone_passes_the_memory_share_and_cannot_be_cut_is_not_recorded():
+    """time_sequence_prediction's LBFGS step (6.4 million events, 10 GB of profiler memory)
+    where no slice can be cut (no probe time: a training loop off the main thread)."""
     fit = fit_window(6_436_051, warmup=2, active=5, options=ALL_ON, budget=100_000,
                      memory_limit=(8 << 30, "80% of the memory available"))
     assert fit.refused is not None and fit.cost.recorded_steps == 0
@@ -66,3 +67,20 @@ def test_the_memory_fit_keeps_the_prepared_warm_up_step(warmup):
     fit = fit_window(1_000_000, warmup=warmup, active=5, options={}, budget=10**9,
                      memory_limit=(int(1.5 * 1_000_000 * BYTES / SHARE), "limit"))
     assert (fit.warmup, fit.active) == (min(warmup, 1), 1)
+
+
+def test_a_step_that_alone_passes_the_memory_share_is_recorded_in_part():
+    """The slice: the probed step's time x the share of its events that fit x the margin."""
+    from torchtriage.capture.cost_guard import SLICE_MARGIN
+
+    events, limit = 6_436_051, 8 << 30
+    fit = fit_window(events, warmup=2, active=5, options=ALL_ON, budget=100_000,
+                     memory_limit=(limit, "80% of the memory available"), probe_s=60.0)
+    part = limit * SHARE / (events * BYTES) * SLICE_MARGIN
+    assert fit.refused is None and (fit.warmup, fit.active) == (1, 1)
+    assert fit.slice_s == pytest.approx(60.0 * part, abs=1e-3) and 0 < fit.slice_s < 30
+    assert fit.cost.slice_s == fit.slice_s and fit.cost.recorded_steps == 1
+    assert fit.cost.estimated_events == int(events * part)
+    assert fit.cost.estimated_bytes <= limit * SHARE * SLICE_MARGIN
+    assert fit.drop == RECORDING_OPTIONS
+    assert "window shortened" not in fit.cost.action and "first" in fit.cost.action

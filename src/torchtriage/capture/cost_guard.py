@@ -11,8 +11,13 @@ prepares tracing (it follows the probe), so a window records ``warmup - 1 + acti
    :data:`~torchtriage.diagnosis.thresholds.PROFILE_BYTES_PER_EVENT`, is held against
    :data:`~torchtriage.diagnosis.thresholds.PROFILE_MEMORY_SHARE` of the memory limit (80% of
    the memory available, or ``TORCHTRIAGE_MEMORY_LIMIT``). Above it the window is one active
-   step, ops only; a step that alone passes it is not recorded (``refused`` says why in one
-   line), since the kernel would otherwise kill the training for want of memory.
+   step, ops only. A step that alone passes it is recorded in part: its first ``slice_s``
+   seconds, the probed step's wall time scaled by the share of its events that fit, halved
+   (:data:`SLICE_MARGIN`: events do not come at an even pace through a step), after which the
+   session stops the profiler mid-step (:mod:`torchtriage.capture.step_cut`). Where that
+   cannot be done (no probe time, a training loop off the main thread) the step is not
+   recorded (``refused`` says why in one line), since the kernel would otherwise kill the
+   training for want of memory.
 
 The result says what to record and carries the :class:`~torchtriage.results.run.ProfileCost`
 that the run record and the trace keep.
@@ -27,6 +32,7 @@ from torchtriage.results.run import ProfileCost
 from torchtriage.units import format_bytes
 
 MIN_ACTIVE = 2  # the event budget never shortens the active steps below this
+SLICE_MARGIN = 0.5  # of the share of a step's events that fit: a slice's length
 RECORDING_OPTIONS = ("record_shapes", "with_stack", "profile_memory")
 
 
@@ -38,11 +44,13 @@ class WindowFit:
     active: int
     drop: tuple[str, ...]  # recording options to turn off (of those that were on)
     refused: str | None  # why nothing is recorded (one line), or None
+    slice_s: float  # the active step is cut after this many seconds (0: whole steps)
     cost: ProfileCost
 
 
 def fit_window(events: int, *, warmup: int, active: int, options: dict[str, bool],
-               budget: int, memory_limit: tuple[int, str] | None) -> WindowFit:
+               budget: int, memory_limit: tuple[int, str] | None,
+               probe_s: float = 0.0) -> WindowFit:
     """Fit a ``warmup`` + ``active`` window to one probed step's ``events``.
 
     Args:
@@ -52,6 +60,7 @@ def fit_window(events: int, *, warmup: int, active: int, options: dict[str, bool
         budget: events a window may record.
         memory_limit: bytes torchtriage may use and where that figure comes from, or None
             (the memory is not assessed).
+        probe_s: the probed step's wall time, or 0 where a step cannot be cut (no slice).
 
     Returns:
         The :class:`WindowFit`: steps, options to drop, a refusal, and the cost record.
@@ -81,6 +90,7 @@ def fit_window(events: int, *, warmup: int, active: int, options: dict[str, bool
     if per_step * recorded > budget:
         ops_only()
     refused = None
+    slice_s = 0.0
     allowed = 0
     step_bytes = int(per_step * th.PROFILE_BYTES_PER_EVENT.value)
     if memory_limit is not None:
@@ -94,6 +104,16 @@ def fit_window(events: int, *, warmup: int, active: int, options: dict[str, bool
                 actions.append(f"one active step recorded: {recorded} would take about "
                                f"{window} of profiler memory, more than {share}")
                 warmup, active, recorded = prepared, 1, 1
+            elif probe_s > 0:
+                part = allowed / step_bytes * SLICE_MARGIN
+                slice_s = round(probe_s * part, 3)
+                actions[:] = ([f"{', '.join(drop)} turned off"] if drop else []) + [
+                    f"one step would take about {step} of profiler memory, more than {share}: "
+                    f"its first {slice_s:g} s recorded (about {part:.0%} of its "
+                    f"{probe_s:.1f} s probed)"]  # (the shortened window before: moot)
+                warmup, active, recorded = prepared, 1, 1
+                per_step = max(int(per_step * part), 1)
+                step_bytes = int(per_step * th.PROFILE_BYTES_PER_EVENT.value)
             else:
                 refused = (f"one training step records about {per_step:,} profiler events, "
                            f"about {step} of profiler memory, more than {share}: not "
@@ -113,6 +133,6 @@ def fit_window(events: int, *, warmup: int, active: int, options: dict[str, bool
                        recorded_steps=recorded, estimated_events=estimate,
                        estimated_export_s=export_s, dropped=list(drop),
                        estimated_bytes=step_bytes * recorded, memory_allowed_bytes=allowed,
-                       action="; ".join(actions) or "none")
+                       slice_s=slice_s, action="; ".join(actions) or "none")
     return WindowFit(warmup=warmup, active=active, drop=tuple(drop), refused=refused,
-                     cost=cost)
+                     slice_s=slice_s, cost=cost)

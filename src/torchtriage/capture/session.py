@@ -21,10 +21,13 @@ trace whose export takes minutes and gigabytes. The last unprofiled step (``wait
 probed with a profiler that records ops only (no shapes, stacks or memory: a third of the
 memory per event; the next step too, unprofiled, when it recorded nothing), its events counted,
 and the window fitted to them before anything is recorded (:mod:`~torchtriage.capture.cost_guard`:
-shorter, then ops only, then one active step for the memory limit, or none when one step alone
-would pass it: ``error`` says why and training goes on, rather than the kernel killing it for
-want of memory). What the guard estimated and
-did is logged and written to the run record (``profile_cost``).
+shorter, then ops only, then one active step for the memory limit, and when one step alone
+would pass that, the step's first ``slice_s`` seconds: the profiler is stopped there, on the
+main thread (:mod:`~torchtriage.capture.step_cut`), the trace saved with the step marked
+partial and ``slice_s`` in its metadata, and later steps only counted; a loop off the main
+thread is not recorded, ``error`` says why, and training goes on, rather than the kernel
+killing it for want of memory). What the guard estimated and did is logged and written to the
+run record (``profile_cost``).
 The probe and the window never change hands inside one step boundary: a profiler stopped and
 another started in the same ``record_function`` range (the optimizer step's own, where the
 step hook runs) makes the range's exit write into the stopped profiler's freed events, a
@@ -40,7 +43,6 @@ not counted as optimizer time.
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import logging
 import os
@@ -59,7 +61,11 @@ from torchtriage.capture.cost_guard import RECORDING_OPTIONS, fit_window
 from torchtriage.capture.dataset import window_figures
 from torchtriage.capture.live_memory import live_cpu_tensor_bytes
 from torchtriage.capture.oom import out_of_memory_report
+from torchtriage.capture.profiler_results import count_events as _count_events
+from torchtriage.capture.profiler_results import free_results as _free_results
+from torchtriage.capture.profiler_results import memory_limit as _memory_limit
 from torchtriage.capture.quiet import StderrFilter
+from torchtriage.capture.step_cut import StepCut, on_main_thread
 from torchtriage.capture.trace_file import write_trace
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.result import OutOfMemory
@@ -148,8 +154,12 @@ class ProfileSession:
         self._probe: Any = None  # the profiler of the probed step, while it runs
         self._probe_retried = False
         self._prepare_only: int | None = None  # the step after the probe: prepared, unrecorded
-        # why no window is recorded: one step alone would pass the memory share (_fit_memory)
+        # why no window is recorded: one step alone would pass the memory share (cost_guard)
         self.refused: str | None = None
+        self._probe_started = self._probe_s = 0.0  # when the probe started; its step's time
+        self._slice_s = 0.0  # the active step is stopped this far in (cost_guard; 0: whole)
+        self._cut: StepCut | None = None  # the timer that stops it
+        self._sliced = False  # it was stopped: the profiler is done, steps are only counted
         # the Dataset's running totals (capture/dataset.py; torchtriage run): the window's
         # share goes into the trace metadata as "dataset"
         self.dataset_totals: Any = None
@@ -237,6 +247,13 @@ class ProfileSession:
         entered = time.perf_counter()
         number = self._prof.step_num
         self._step_ms.append((number, (entered - self._last_return) * 1e3))
+        if self._cut is not None:
+            self._cut.cancel()  # the step ended first: saved whole at this boundary
+        if self._sliced:  # the profiler stopped part-way through the window's step
+            self._prof.step_num += 1
+            self._steps_run += 1
+            self._last_return = time.perf_counter()
+            return
         if self._probe is not None:
             self._guard_cost()  # before the step that starts recording
         if number == self.last_recorded_step and self._meta_added:
@@ -245,12 +262,38 @@ class ProfileSession:
         with _profiler_call():
             self._prof.step()
         self._mark_warmup_once()
+        self._start_slice_timer()
         self._probe_next_step()
         self._steps_run += 1
         self._last_return = time.perf_counter()
         self._profiler_ms.append((number, (self._last_return - entered) * 1e3))
 
     # --- the cost guard ---------------------------------------------------------------------
+
+    def _start_slice_timer(self) -> None:
+        """When the window's one active step (a slice: cost_guard) starts recording, stop
+        the profiler ``slice_s`` into it."""
+        from torch.profiler import ProfilerAction
+
+        if self._slice_s and self._cut is None and \
+                self._prof.current_action == ProfilerAction.RECORD_AND_SAVE:
+            self._cut = StepCut(self._slice_s, self._stop_mid_step)
+            self._cut.start()
+
+    def _stop_mid_step(self) -> None:
+        """On the main thread, part-way through the step: mark it partial and a slice, and
+        stop the profiler, which saves the trace (``_save``); later steps are only counted."""
+        prof = self._prof
+        if prof is None or self._sliced:
+            return
+        meta = dict(self._meta) if self._meta_added else {
+            "warmup_steps": self._warmup_numbers()}
+        meta["partial_steps"] = [prof.step_num]
+        meta["slice_s"] = self._slice_s
+        self._add_metadata_to(prof, meta)
+        self._sliced = True
+        with _profiler_call():
+            prof.stop()
 
     def _probe_next_step(self) -> None:
         """Start the probe when the step about to run is the last unprofiled one."""
@@ -269,10 +312,12 @@ class ProfileSession:
             log.debug("torchtriage: the cost probe did not start (%s)", exc)
             return
         self._probe = probe
+        self._probe_started = time.perf_counter()
 
     def _guard_cost(self) -> None:
         """Stop the probe, count its events, and fit the window to the budget."""
         probe, self._probe = self._probe, None
+        self._probe_s = time.perf_counter() - self._probe_started  # the probed step's time
         try:
             with _profiler_call():
                 probe.stop()
@@ -310,10 +355,13 @@ class ProfileSession:
         """Fit the window to the probed step's events and the memory limit
         (:mod:`torchtriage.capture.cost_guard`); the profiler reads the recording options
         when recording starts."""
+        probe_s = self._probe_s if on_main_thread() else 0.0
         fit = fit_window(events, warmup=self.warmup, active=self.active,
                          options={name: getattr(self, name) for name in RECORDING_OPTIONS},
-                         budget=self.max_events, memory_limit=_memory_limit())
+                         budget=self.max_events, memory_limit=_memory_limit(),
+                         probe_s=probe_s)
         self.warmup, self.active, self.refused = fit.warmup, fit.active, fit.refused
+        self._slice_s = fit.slice_s
         for option in fit.drop:
             setattr(self, option, False)
             setattr(self._prof, option, False)
@@ -367,17 +415,18 @@ class ProfileSession:
             probe, self._probe = self._probe, None
             with contextlib.suppress(Exception), _profiler_call():
                 probe.stop()
-        recording = prof.current_action in (ProfilerAction.RECORD,
-                                             ProfilerAction.RECORD_AND_SAVE)
-        if recording:
-            # The step opened by the last step() call never finished as a training step.
-            meta = dict(self._meta) if self._meta_added else {
-                "warmup_steps": self._warmup_numbers()}
-            meta["partial_steps"] = [prof.step_num]
-            self._add_metadata_to(prof, meta)
+        if self._cut is not None:
+            self._cut.cancel()
         try:
-            with _profiler_call():
-                prof.__exit__(exc_type, exc, tb)
+            if not self._sliced:  # (a slice stopped and saved its profiler part-way already)
+                if prof.current_action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
+                    # The step opened by the last step() call never finished as a training step.
+                    meta = dict(self._meta) if self._meta_added else {
+                        "warmup_steps": self._warmup_numbers()}
+                    meta["partial_steps"] = [prof.step_num]
+                    self._add_metadata_to(prof, meta)
+                with _profiler_call():
+                    prof.__exit__(exc_type, exc, tb)
         finally:
             self._closures.remove()
             self._stderr.stop()
@@ -508,64 +557,6 @@ class ProfileSession:
                 raise CaptureError("the diagnosis is ready after the `with` block ends")
             raise CaptureError(self.error or "analysis was turned off (analyze=False)")
         return self._diagnosis
-
-
-def _memory_limit() -> tuple[int, str] | None:
-    """The memory torchtriage may use (trace/ingest.py's limit), or None when
-    ``TORCHTRIAGE_MEMORY_LIMIT`` is not a size: the training goes on, the memory unassessed."""
-    from torchtriage.trace.ingest import default_memory_limit
-
-    try:
-        return default_memory_limit()
-    except TorchtriageError as exc:
-        log.warning("torchtriage: %s; the profiler's memory is not assessed", exc)
-        return None
-
-
-def _count_events(probe: Any) -> int:
-    """Events a stopped profiler recorded (ops, memory, device activity), without building
-    the Python event list, and its results freed now rather than by the garbage collector at
-    some later point. The probe never profiles memory: with ``profile_memory`` its
-    allocations, freed while the window recorded, crashed the process (segmentation fault in
-    2 runs of 10 of tests/scripts/closure_regression.py; none in 20 without)."""
-    inner = getattr(probe, "profiler", None)
-    results = getattr(inner, "kineto_results", None)
-    try:
-        return len(results.events()) if results is not None else len(probe.events())
-    finally:
-        del results
-        _free_results(probe, collect=False)
-        _return_freed_memory()
-
-
-def _free_results(prof: Any, collect: bool = True) -> None:
-    """Drop what a stopped profiler keeps of its window once the trace is written, and
-    (``collect``) reclaim it now. torch 2.11 turns every recorded event into a Python
-    ``FunctionEvent`` when the profiler stops, linked to its parent and children (cycles): on
-    an H200 a window of 6,612 events left ~130 ms of garbage collection that ran one or two
-    steps later, inside the steps timed to check the window (a 5 ms step took 134 ms, and the
-    window was judged not steady state). Collected here, in the step that writes the trace,
-    which the check leaves out."""
-    inner = getattr(prof, "profiler", None)
-    if inner is not None:
-        inner.kineto_results = None
-        inner._function_events = None
-        inner._old_function_events = None
-    prof.profiler = None
-    if collect:
-        gc.collect()
-        _return_freed_memory()
-
-
-def _return_freed_memory() -> None:
-    """Give the memory the profiler's results freed back to the system (glibc's
-    ``malloc_trim``): glibc keeps it otherwise, and the training process would hold the
-    window's peak for the rest of its life (time_sequence_prediction: 10.5 GB after its probed
-    step, 1.4 GB before it). Nothing where there is no glibc."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):  # (no glibc: musl, macOS)
-        ctypes.CDLL(None).malloc_trim(0)
 
 
 def profile(out_dir: str | os.PathLike[str] | None = None, **options: Any) -> ProfileSession:

@@ -46,7 +46,7 @@ from torchtriage.diagnosis.vocabulary import (
     LAYERS,
     TIME_LAYERS,
 )
-from torchtriage.diagnosis.windows import window_findings, without_short_one_off
+from torchtriage.diagnosis.windows import slice_finding, window_findings, without_short_one_off
 from torchtriage.trace.model import EventKind, Trace
 from torchtriage.version import __version__
 
@@ -99,6 +99,9 @@ def diagnose(
 
     confidence = dq.lowered(confidence, trace)
     findings = _step_findings(steps)
+    if (part := slice_finding(trace)) is not None:
+        findings.insert(0, part)
+        confidence = "low" if confidence == "low" else "medium"  # part of one step
     if (timing := dq.finding(trace, quality)) is not None:
         findings.insert(0, timing)
     contended = contention_finding(facts.machine)

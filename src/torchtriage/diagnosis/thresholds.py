@@ -372,7 +372,8 @@ PROFILE_MEMORY_SHARE = Threshold(
     "profile_memory_share", 0.5, "share of the memory limit",
     "share of the memory torchtriage may use (80% of the memory available when the probe "
     "ends, or TORCHTRIAGE_MEMORY_LIMIT) that a window's profiler may take; above it the window "
-    "is one active step, and a step that alone passes it is not recorded",
+    "is one active step, and a step that alone passes it is recorded in part (its first "
+    "seconds; capture/cost_guard.py)",
     "torchtriage default: the other half is the training's own growth and the trace's "
     "analysis; before this limit time_sequence_prediction (6.4 million events per LBFGS step) "
     "was killed by the kernel's OOM killer at 24 GB while its step was probed with shapes",

@@ -9,13 +9,18 @@ the window's longest step, when it is over ``one_off_step`` times the window's m
 the steps checked after the window never came within that factor of it (their longest,
 ``after_max_ms``), is left out of the statistics, whatever its length under
 ``one_off_min_ms``: in a window of 5 short steps one collector pause or scheduler stall would
-otherwise decide the layer shares."""
+otherwise decide the layer shares.
+
+And a window that is the first seconds of one step (``capture.step_slice``,
+:func:`slice_finding`): a step whose profiler memory alone would pass its share of the memory
+limit is recorded in part (capture/cost_guard.py); the confidence is at most medium."""
 
 from __future__ import annotations
 
 from torchtriage.analysis.steps import StepWindows, leave_out
 from torchtriage.diagnosis import result as r
 from torchtriage.diagnosis import thresholds as th
+from torchtriage.trace.model import Trace
 
 
 def without_short_one_off(steps: StepWindows, window: r.WindowCheck | None) -> StepWindows:
@@ -75,3 +80,19 @@ def window_findings(windows: list[r.WindowCheck]) -> list[r.Finding]:
                                  threshold=1 + w.threshold, comparison=">", fired=True,
                                  source=th.WINDOW_DRIFT.source)]))
     return out
+
+
+def slice_finding(trace: Trace) -> r.Finding | None:
+    """The window is the first seconds of one step (capture/cost_guard.py): say so, with the
+    whole step's events, once per diagnosis."""
+    meta = trace.meta.torchtriage
+    if not meta.get("slice_s"):
+        return None
+    cost = meta.get("profile_cost") or {}
+    whole = cost.get("events_per_step")
+    events = f" a whole step records about {whole:,} profiler events, and" if whole else ""
+    return r.Finding(
+        id="capture.step_slice", severity="warning",
+        message=f"The window is the first {meta['slice_s']:g} s of one step:{events} its "
+                "profiler memory would pass profile_memory_share of the memory limit. The "
+                "shares describe that part of the step; its step time is not the step's.")

@@ -63,6 +63,8 @@ class ProfileCost(msgspec.Struct, kw_only=True):
     # what it may take (thresholds.PROFILE_MEMORY_SHARE of the memory limit); 0: not assessed
     estimated_bytes: int = 0
     memory_allowed_bytes: int = 0
+    # the one active step was stopped this many seconds in (capture/cost_guard.py; 0: whole)
+    slice_s: float = 0.0
     action: str  # one line: what the guard did, or "none"
 
 
