@@ -254,28 +254,15 @@ def test_the_cost_guard_keeps_the_profilers_memory_within_its_share(tmp_path, mo
 
 
 def _cell_loop(out: Path, steps: int):
-    """pytorch/examples time_sequence_prediction's shape: a recurrent cell stepped by hand,
-    tens of thousands of tiny ops a step (tests/scripts/cell_loop.py, in process)."""
-    import torch
+    """tests/scripts/cell_loop.py's loop (time_sequence_prediction's shape: a recurrent cell
+    stepped by hand, tens of thousands of tiny ops a step) under torchtriage.profile."""
+    import runpy
 
     import torchtriage
 
-    torch.manual_seed(0)
-    cell, head = torch.nn.LSTMCell(1, 8), torch.nn.Linear(8, 1)
-    opt = torch.optim.SGD([*cell.parameters(), *head.parameters()], lr=0.01)
-    series = torch.sin(torch.linspace(0, 20, 401)).view(1, -1, 1)
+    train = runpy.run_path(str(SCRIPTS / "cell_loop.py"), run_name="cell_loop")["train"]
     with torchtriage.profile(out) as prof:
-        for _ in range(steps):
-            h = c = torch.zeros(1, 8)
-            outputs = []
-            for t in range(400):
-                h, c = cell(series[:, t], (h, c))
-                outputs.append(head(h))
-            loss = torch.nn.functional.mse_loss(torch.cat(outputs, 1), series[:, 1:, 0])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            prof.step()
+        train(steps, on_step=prof.step)
     return prof
 
 
@@ -372,7 +359,7 @@ def test_run_records_a_step_too_large_for_memory_in_part(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "torchtriage", "run", "--out", str(out), "--stop-after-window",
-         "--", sys.executable, str(SCRIPTS / "cell_loop.py"), "--steps", "30"],
+         "--", sys.executable, str(SCRIPTS / "cell_loop.py"), "30"],
         env={**os.environ, "TORCHTRIAGE_MEMORY_LIMIT": "40MiB"}, capture_output=True,
         text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
