@@ -30,6 +30,13 @@ def test_over_the_event_budget_the_window_shortens_then_records_ops_only():
                      memory_limit=PLENTY)
     assert (fit.warmup, fit.active) == (1, MIN_ACTIVE)
     assert fit.drop == RECORDING_OPTIONS and "may still take" in fit.cost.action
+    # an ops-only window exports at the ops-only rate, one that keeps shapes at the other
+    ops_only_s = fit.cost.estimated_events * th.PROFILE_EXPORT_US_PER_OP_EVENT.value / 1e6
+    assert fit.cost.estimated_export_s == round(ops_only_s, 1)
+    kept = fit_window(20_000, warmup=2, active=5, options=ALL_ON, budget=100_000,
+                      memory_limit=PLENTY).cost
+    assert kept.estimated_export_s == round(
+        kept.estimated_events * th.PROFILE_EXPORT_US_PER_EVENT.value / 1e6, 1)
 
 
 def test_a_window_past_its_memory_share_records_one_active_step_ops_only():

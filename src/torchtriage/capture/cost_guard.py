@@ -125,7 +125,9 @@ def fit_window(events: int, *, warmup: int, active: int, options: dict[str, bool
                 drop.clear()
                 recorded = 0
     estimate = per_step * recorded
-    export_s = round(estimate * th.PROFILE_EXPORT_US_PER_EVENT.value / 1e6, 1)
+    per_event = (th.PROFILE_EXPORT_US_PER_OP_EVENT if set(drop) == set(on) else
+                 th.PROFILE_EXPORT_US_PER_EVENT).value  # ops only, or shapes/memory kept
+    export_s = round(estimate * per_event / 1e6, 1)
     if estimate > budget:
         actions.append(f"the export may still take about {export_s:g} s "
                        f"({estimate:,} events at most)")

@@ -56,7 +56,8 @@ class ProfileCost(msgspec.Struct, kw_only=True):
     # which only prepares tracing (it follows the probed step)
     recorded_steps: int
     estimated_events: int  # events_per_step x recorded_steps
-    estimated_export_s: float  # estimated_events x thresholds.PROFILE_EXPORT_US_PER_EVENT
+    # estimated_events x thresholds.PROFILE_EXPORT_US_PER_EVENT (PER_OP_EVENT: ops only)
+    estimated_export_s: float
     # recording options turned off: "record_shapes", "with_stack", "profile_memory"
     dropped: list[str] = []
     # the window's profiler memory (estimated_events x thresholds.PROFILE_BYTES_PER_EVENT) and
