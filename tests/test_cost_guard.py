@@ -40,7 +40,7 @@ def test_over_the_event_budget_the_window_shortens_then_records_ops_only():
 
 
 def test_a_window_past_its_memory_share_records_one_active_step_ops_only():
-    events = 1_000_000  # two steps: 3.4 GB of profiler memory at 1,700 B an event
+    events = 1_000_000  # two steps: 4.8 GB of profiler memory at 2,400 B an event
     limit = int(3 * events * BYTES / SHARE / 2)  # room for 1.5 steps
     fit = fit_window(events, warmup=2, active=5, options={"record_shapes": True},
                      budget=10**9, memory_limit=(limit, "a test's limit"))
@@ -51,12 +51,12 @@ def test_a_window_past_its_memory_share_records_one_active_step_ops_only():
 
 
 def test_a_step_that_alone_passes_the_memory_share_and_cannot_be_cut_is_not_recorded():
-    """time_sequence_prediction's LBFGS step (6.4 million events, 10 GB of profiler memory)
+    """time_sequence_prediction's LBFGS step (6.4 million events, 14 GiB of profiler memory)
     where no slice can be cut (no probe time: a training loop off the main thread)."""
     fit = fit_window(6_436_051, warmup=2, active=5, options=ALL_ON, budget=100_000,
                      memory_limit=(8 << 30, "80% of the memory available"))
     assert fit.refused is not None and fit.cost.recorded_steps == 0
-    assert "6,436,051 profiler events" in fit.refused and "10.2 GiB" in fit.refused
+    assert "6,436,051 profiler events" in fit.refused and "14.4 GiB" in fit.refused
     assert "50% of 8.0 GiB (80% of the memory available)" in fit.refused
     assert "\n" not in fit.refused and "not recorded" in fit.cost.action
     assert "may still take" not in fit.cost.action
@@ -91,3 +91,17 @@ def test_a_step_that_alone_passes_the_memory_share_is_recorded_in_part():
     assert fit.cost.estimated_bytes <= limit * SHARE * SLICE_MARGIN
     assert fit.drop == RECORDING_OPTIONS
     assert "window shortened" not in fit.cost.action and "first" in fit.cost.action
+
+
+def test_a_probe_cut_part_way_makes_the_window_a_slice_whatever_its_count():
+    """The probe was stopped when the process had grown by the share: its events are a lower
+    bound, so even a count that would fit gives a slice, at most as long as the probe ran."""
+    fit = fit_window(10_000, warmup=2, active=5, options=ALL_ON, budget=100_000,
+                     memory_limit=(8 << 30, "limit"), probe_s=4.0, probe_cut=True)
+    assert fit.refused is None and (fit.warmup, fit.active) == (1, 1)
+    assert fit.slice_s == 4.0 and fit.cost.probe_cut  # the share of 10,000 events: capped at 1
+    assert "at least" in fit.cost.action and "the probe ran before it was stopped" in \
+        fit.cost.action
+    fit = fit_window(5_000_000, warmup=2, active=5, options=ALL_ON, budget=100_000,
+                     memory_limit=(8 << 30, "limit"), probe_s=4.0, probe_cut=True)
+    assert 0 < fit.slice_s < 2.0

@@ -182,12 +182,12 @@ def test_the_cost_guard_leaves_a_cheap_window_alone(tmp_path):
 def test_a_probe_that_fails_leaves_the_window_unguarded_not_broken(tmp_path, monkeypatch):
     """Counting the probe's events raises: the window records as planned, with no cost, and
     still not at the boundary where the probe stopped."""
-    from torchtriage.capture import session
+    from torchtriage.capture import cost_probe
 
     def broken(probe):
         raise RuntimeError("no results")
 
-    monkeypatch.setattr(session, "_count_events", broken)
+    monkeypatch.setattr(cost_probe, "count_events", broken)
     prof = _lbfgs_loop(tmp_path / "failed", 10)
     assert prof.cost is None
     assert _trace_steps(tmp_path / "failed")[0] == [f"ProfilerStep#{n}" for n in range(2, 8)]
@@ -349,6 +349,24 @@ def test_run_checks_the_window_the_cost_guard_shortened(tmp_path):
     assert windows and all(w["last_step"] - w["first_step"] + 1 == 2 for w in windows), windows
     doc = diagnosis(out) if (out / "diagnosis.json").exists() else None
     assert doc is None or len(doc["trace"]["steps_analyzed"]) == 2
+
+
+def test_the_probe_stops_mid_step_once_the_process_grew_by_the_memory_share(
+        tmp_path, monkeypatch):
+    """The probe's memory watch: once the process has grown by the share (here: at once, the
+    watch's reading of resident memory made to say so), the probe is stopped part-way through
+    its step on the main thread, its events are a lower bound, and the window is a slice."""
+    from torchtriage.capture import cost_probe
+
+    whole = _cell_loop(tmp_path / "whole", 3).cost.events_per_step
+    readings = iter(range(0, 10**15, 2**40))  # +1 TiB at each reading after the first
+    monkeypatch.setattr(cost_probe, "resident_bytes", lambda: next(readings))
+    monkeypatch.setenv("TORCHTRIAGE_MEMORY_LIMIT", "8GiB")
+    prof = _cell_loop(tmp_path / "cut", 8)
+    cost = prof.cost
+    assert cost.probe_cut and 0 < cost.events_per_step < whole, (cost, whole)
+    assert cost.slice_s > 0 and cost.recorded_steps == 1 and "at least" in cost.action
+    assert "capture.step_slice" in [f.id for f in prof.diagnosis.findings]
 
 
 def test_run_records_a_step_too_large_for_memory_in_part(tmp_path):

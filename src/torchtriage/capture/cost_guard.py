@@ -50,7 +50,7 @@ class WindowFit:
 
 def fit_window(events: int, *, warmup: int, active: int, options: dict[str, bool],
                budget: int, memory_limit: tuple[int, str] | None,
-               probe_s: float = 0.0) -> WindowFit:
+               probe_s: float = 0.0, probe_cut: bool = False) -> WindowFit:
     """Fit a ``warmup`` + ``active`` window to one probed step's ``events``.
 
     Args:
@@ -61,6 +61,9 @@ def fit_window(events: int, *, warmup: int, active: int, options: dict[str, bool
         memory_limit: bytes torchtriage may use and where that figure comes from, or None
             (the memory is not assessed).
         probe_s: the probed step's wall time, or 0 where a step cannot be cut (no slice).
+        probe_cut: the probe was stopped part-way through its step, when the process had
+            grown by the memory share: ``events`` in ``probe_s`` are a lower bound, and the
+            window is a slice whatever they come to (the step is longer than the probe saw).
 
     Returns:
         The :class:`WindowFit`: steps, options to drop, a refusal, and the cost record.
@@ -97,30 +100,32 @@ def fit_window(events: int, *, warmup: int, active: int, options: dict[str, bool
         limit, source = memory_limit
         allowed = int(limit * th.PROFILE_MEMORY_SHARE.value)
         share = f"{th.PROFILE_MEMORY_SHARE.value:.0%} of {format_bytes(limit)} ({source})"
-        if step_bytes * recorded > allowed:
+        if step_bytes * recorded > allowed or probe_cut:
             ops_only()
-            step, window = format_bytes(step_bytes), format_bytes(step_bytes * recorded)
-            if step_bytes <= allowed:
+            step = f"{'at least' if probe_cut else 'about'} {format_bytes(step_bytes)}"
+            window = format_bytes(step_bytes * recorded)
+            if step_bytes <= allowed and not probe_cut:
                 actions.append(f"one active step recorded: {recorded} would take about "
                                f"{window} of profiler memory, more than {share}")
                 warmup, active, recorded = prepared, 1, 1
             elif probe_s > 0:
-                part = allowed / step_bytes * SLICE_MARGIN
+                part = min(allowed / max(step_bytes, 1) * SLICE_MARGIN, 1.0)
                 slice_s = round(probe_s * part, 3)
+                seen = "the probe ran before it was stopped" if probe_cut else "probed"
                 actions[:] = ([f"{', '.join(drop)} turned off"] if drop else []) + [
-                    f"one step would take about {step} of profiler memory, more than {share}: "
-                    f"its first {slice_s:g} s recorded (about {part:.0%} of its "
-                    f"{probe_s:.1f} s probed)"]  # (the shortened window before: moot)
+                    f"one step would take {step} of profiler memory, more than {share}: "
+                    f"its first {slice_s:g} s recorded (about {part:.0%} of the "
+                    f"{probe_s:.1f} s {seen})"]  # (the shortened window before: moot)
                 warmup, active, recorded = prepared, 1, 1
                 per_step = max(int(per_step * part), 1)
                 step_bytes = int(per_step * th.PROFILE_BYTES_PER_EVENT.value)
             else:
                 refused = (f"one training step records about {per_step:,} profiler events, "
-                           f"about {step} of profiler memory, more than {share}: not "
+                           f"{step} of profiler memory, more than {share}: not "
                            "profiled (the training went on); run fewer ops per step to "
                            "profile it (a shorter sequence, fewer closure evaluations), or "
                            "give it more memory")
-                actions[:] = [f"not recorded: one step would take about {step} of profiler "
+                actions[:] = [f"not recorded: one step would take {step} of profiler "
                               f"memory, more than {share}"]  # (what was fitted before: moot)
                 drop.clear()
                 recorded = 0
@@ -135,6 +140,7 @@ def fit_window(events: int, *, warmup: int, active: int, options: dict[str, bool
                        recorded_steps=recorded, estimated_events=estimate,
                        estimated_export_s=export_s, dropped=list(drop),
                        estimated_bytes=step_bytes * recorded, memory_allowed_bytes=allowed,
-                       slice_s=slice_s, action="; ".join(actions) or "none")
+                       slice_s=slice_s, probe_cut=probe_cut,
+                       action="; ".join(actions) or "none")
     return WindowFit(warmup=warmup, active=active, drop=tuple(drop), refused=refused,
                      slice_s=slice_s, cost=cost)

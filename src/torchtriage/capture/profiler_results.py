@@ -1,5 +1,6 @@
 """What a stopped profiler holds: its events counted, its results dropped and their memory
-given back to the system, and the memory limit the cost guard holds a window against.
+given back to the system; the memory limit the cost guard holds a window against, and the
+process's resident memory that the probe's watch reads.
 
 The profiling session (:mod:`torchtriage.capture.session`) calls these between steps, on the
 training thread; none raises into the training loop except :func:`count_events` (the session
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import os
 from typing import Any
 
 from torchtriage.errors import TorchtriageError
@@ -74,3 +76,15 @@ def return_freed_memory() -> None:
 
     with contextlib.suppress(OSError, AttributeError):  # (no glibc: musl, macOS)
         ctypes.CDLL(None).malloc_trim(0)
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now: Linux's ``/proc/self/statm`` read directly (a few
+    µs, polled while the probe records), psutil elsewhere."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)

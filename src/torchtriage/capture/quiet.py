@@ -16,6 +16,7 @@ import re
 import select
 import sys
 import threading
+import warnings
 
 NOISE = re.compile(
     rb"^(\[rank\d+\]:)?(USDT:.*profiler_(start|stop)|STAGE:.*ActivityProfilerController|"
@@ -90,3 +91,15 @@ class StderrFilter:
 def _write(fd: int, data: bytes) -> None:
     with contextlib.suppress(OSError):
         os.write(fd, data)
+
+
+# torch warns about cycles it clears; a session records one cycle only, so it is noise.
+_PROFILER_WARNINGS = r"Warning: Profiler clears events at the end of each cycle"
+
+
+@contextlib.contextmanager
+def profiler_call():
+    """A call into torch.profiler with its cycle warning silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_PROFILER_WARNINGS)
+        yield

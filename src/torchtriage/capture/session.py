@@ -18,8 +18,9 @@ partial. The profiler's own ``step()`` calls (including the one that exports the
 timed separately and never counted in step times.
 Profiling cost guard: an op-heavy step (LBFGS evaluating its closure a dozen times) can make a
 trace whose export takes minutes and gigabytes. The last unprofiled step (``wait >= 1``) is
-probed with a profiler that records ops only (no shapes, stacks or memory: a third of the
-memory per event; the next step too, unprofiled, when it recorded nothing), its events counted,
+probed (:mod:`~torchtriage.capture.cost_probe`: ops only, stopped part-way when the process
+grows by the window's memory share; the next step too, unprofiled, when it recorded nothing),
+its events counted,
 and the window fitted to them before anything is recorded (:mod:`~torchtriage.capture.cost_guard`:
 shorter, then ops only, then one active step for the memory limit, and when one step alone
 would pass that, the step's first ``slice_s`` seconds: the profiler is stopped there, on the
@@ -42,7 +43,6 @@ not counted as optimizer time.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -58,13 +58,14 @@ from typing import Any
 import msgspec
 
 from torchtriage.capture.cost_guard import RECORDING_OPTIONS, fit_window
+from torchtriage.capture.cost_probe import CostProbe, ProbeCount
 from torchtriage.capture.dataset import window_figures
 from torchtriage.capture.live_memory import live_cpu_tensor_bytes
 from torchtriage.capture.oom import out_of_memory_report
-from torchtriage.capture.profiler_results import count_events as _count_events
 from torchtriage.capture.profiler_results import free_results as _free_results
 from torchtriage.capture.profiler_results import memory_limit as _memory_limit
 from torchtriage.capture.quiet import StderrFilter
+from torchtriage.capture.quiet import profiler_call as _profiler_call
 from torchtriage.capture.step_cut import StepCut, on_main_thread
 from torchtriage.capture.trace_file import write_trace
 from torchtriage.diagnosis import thresholds as th
@@ -82,15 +83,6 @@ from torchtriage.units import parse_bytes
 TRACE_SUFFIX = ".pt.trace.json.gz"
 log = logging.getLogger(__name__)
 DEFAULT_SCHEDULE = Schedule()
-# torch warns about cycles it clears; this schedule records one cycle only, so it is noise.
-_PROFILER_WARNINGS = r"Warning: Profiler clears events at the end of each cycle"
-
-
-@contextlib.contextmanager
-def _profiler_call():
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_PROFILER_WARNINGS)
-        yield
 META_KEY = "torchtriage"
 
 
@@ -151,12 +143,11 @@ class ProfileSession:
         self.max_events = (int(th.PROFILE_EVENTS_BUDGET.value) if max_events is None
                            else max_events)
         self.cost: ProfileCost | None = None  # what the guard estimated and did
-        self._probe: Any = None  # the profiler of the probed step, while it runs
+        self._probe: CostProbe | None = None  # the probed step's, while it runs
         self._probe_retried = False
         self._prepare_only: int | None = None  # the step after the probe: prepared, unrecorded
         # why no window is recorded: one step alone would pass the memory share (cost_guard)
         self.refused: str | None = None
-        self._probe_started = self._probe_s = 0.0  # when the probe started; its step's time
         self._slice_s = 0.0  # the active step is stopped this far in (cost_guard; 0: whole)
         self._cut: StepCut | None = None  # the timer that stops it
         self._sliced = False  # it was stopped: the profiler is done, steps are only counted
@@ -247,8 +238,9 @@ class ProfileSession:
         entered = time.perf_counter()
         number = self._prof.step_num
         self._step_ms.append((number, (entered - self._last_return) * 1e3))
-        if self._cut is not None:
-            self._cut.cancel()  # the step ended first: saved whole at this boundary
+        if self._cut is not None:  # the step ended first (the probe's, or the window's:
+            self._cut.cancel()  # saved whole at this boundary)
+            self._cut = None
         if self._sliced:  # the profiler stopped part-way through the window's step
             self._prof.step_num += 1
             self._steps_run += 1
@@ -277,7 +269,7 @@ class ProfileSession:
 
         if self._slice_s and self._cut is None and \
                 self._prof.current_action == ProfilerAction.RECORD_AND_SAVE:
-            self._cut = StepCut(self._slice_s, self._stop_mid_step)
+            self._cut = StepCut(self._stop_mid_step, seconds=self._slice_s)
             self._cut.start()
 
     def _stop_mid_step(self) -> None:
@@ -300,39 +292,24 @@ class ProfileSession:
         if (not self.max_events or self.cost is not None or self._probe is not None
                 or self._prof.step_num != self.wait - 1):
             return
-        import torch
-
-        probe = torch.profiler.profile(  # ops only: the count is the same (see _count_events)
-            activities=self._activities, record_shapes=False, profile_memory=False,
-            with_stack=False)
-        try:
-            with _profiler_call():
-                probe.start()
-        except Exception as exc:  # a profiler already running elsewhere: no guard
-            log.debug("torchtriage: the cost probe did not start (%s)", exc)
-            return
-        self._probe = probe
-        self._probe_started = time.perf_counter()
+        self._probe = CostProbe.start(self._activities)  # (None: no guard)
 
     def _guard_cost(self) -> None:
-        """Stop the probe, count its events, and fit the window to the budget."""
+        """Stop the probe (unless its memory watch did), count its events, fit the window."""
         probe, self._probe = self._probe, None
-        self._probe_s = time.perf_counter() - self._probe_started  # the probed step's time
         try:
-            with _profiler_call():
-                probe.stop()
-            events = _count_events(probe)
+            count = probe.finish()
         except Exception as exc:
             log.debug("torchtriage: the cost probe failed (%s)", exc)
             self._record_after_a_boundary()
             return
-        if events == 0 and not self._probe_retried:
+        if count.events == 0 and not self._probe_retried:
             # an empty step (two step boundaries back to back): probe again after a step's
             # gap (a probe started where this one stopped would share its boundary)
             self._probe_retried = True
             self.wait += 2
             return
-        self.cost = self._fit_window(events)
+        self.cost = self._fit_window(count)
         self._record_after_a_boundary()
 
     def _record_after_a_boundary(self) -> None:
@@ -351,15 +328,15 @@ class ProfileSession:
                         f"{self.cost.events_per_step * self.cost.planned_steps:,}",
                         f"{self.cost.budget:,}", self.cost.action)
 
-    def _fit_window(self, events: int) -> ProfileCost:
+    def _fit_window(self, count: ProbeCount) -> ProfileCost:
         """Fit the window to the probed step's events and the memory limit
         (:mod:`torchtriage.capture.cost_guard`); the profiler reads the recording options
         when recording starts."""
-        probe_s = self._probe_s if on_main_thread() else 0.0
-        fit = fit_window(events, warmup=self.warmup, active=self.active,
+        fit = fit_window(count.events, warmup=self.warmup, active=self.active,
                          options={name: getattr(self, name) for name in RECORDING_OPTIONS},
                          budget=self.max_events, memory_limit=_memory_limit(),
-                         probe_s=probe_s)
+                         probe_s=count.seconds if on_main_thread() else 0.0,
+                         probe_cut=count.cut)
         self.warmup, self.active, self.refused = fit.warmup, fit.active, fit.refused
         self._slice_s = fit.slice_s
         for option in fit.drop:
@@ -413,8 +390,7 @@ class ProfileSession:
             return False
         if self._probe is not None:  # the loop ended inside the probed step
             probe, self._probe = self._probe, None
-            with contextlib.suppress(Exception), _profiler_call():
-                probe.stop()
+            probe.abandon()
         if self._cut is not None:
             self._cut.cancel()
         try:

@@ -1,15 +1,18 @@
-"""Run a function on the main thread part-way through a training step: after ``seconds``.
+"""Run a function on the main thread part-way through a training step: after ``seconds``, or
+once ``due()`` says so.
 
 The profiling session uses it to stop a window part-way through one step, when a whole step
-would record more than the profiler may hold in memory (:mod:`torchtriage.capture.cost_guard`).
+would record more than the profiler may hold in memory (:mod:`torchtriage.capture.cost_guard`),
+and to stop the cost probe once the process has grown by that much.
 
-Algorithm: a daemon timer thread waits ``seconds``, then asks the interpreter to run the cut
-on the main thread at its next bytecode boundary (CPython's ``Py_AddPendingCall``, which any
-thread may call). The training thread is the main thread (the session checks), so the cut
-runs between two Python lines of the training step, never inside a torch op; a long C++ call
-(a whole backward pass) delays it until it returns. :meth:`StepCut.cancel`, called on the
-main thread when the step ends first, makes a pending cut do nothing. A cut that raises is
-logged as one warning, never raised into the training loop.
+Algorithm: a daemon thread waits ``seconds`` (or polls ``due()`` every ``poll_s``), then asks
+the interpreter to run the cut on the main thread at its next bytecode boundary (CPython's
+``Py_AddPendingCall``, which any thread may call). The training thread is the main thread
+(the session checks), so the cut runs between two Python lines of the training step, never
+inside a torch op; a long C++ call (a whole backward pass) delays it until it returns.
+:meth:`StepCut.cancel`, called on the main thread when the step ends first, makes a pending
+cut do nothing. A cut that raises is logged as one warning, never raised into the training
+loop.
 """
 
 from __future__ import annotations
@@ -24,10 +27,14 @@ _PENDING_CALL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 
 
 class StepCut:
-    """``cut()`` on the main thread ``seconds`` after :meth:`start`, unless cancelled."""
+    """``cut()`` on the main thread ``seconds`` after :meth:`start`, or once ``due()`` is
+    true (polled every ``poll_s``), unless cancelled."""
 
-    def __init__(self, seconds: float, cut: Callable[[], None]) -> None:
-        self.seconds = seconds
+    def __init__(self, cut: Callable[[], None], *, seconds: float | None = None,
+                 due: Callable[[], bool] | None = None, poll_s: float = 0.05) -> None:
+        if (seconds is None) == (due is None):
+            raise ValueError("StepCut takes seconds or due, one of them")
+        self.seconds, self.due, self.poll_s = seconds, due, poll_s
         self._cut = cut
         self._done = threading.Event()  # cancelled, or cut
         self._callback = _PENDING_CALL(self._run)  # referenced here while it may be called
@@ -41,8 +48,16 @@ class StepCut:
         self._done.set()
 
     def _wait(self) -> None:
-        if not self._done.wait(self.seconds):
-            ctypes.pythonapi.Py_AddPendingCall(self._callback, None)
+        if self.due is None:
+            if self._done.wait(self.seconds):
+                return
+        else:
+            while not self._done.wait(self.poll_s):
+                if self.due():
+                    break
+            else:  # cancelled
+                return
+        ctypes.pythonapi.Py_AddPendingCall(self._callback, None)
 
     def _run(self, _arg: object) -> int:
         if self._done.is_set():

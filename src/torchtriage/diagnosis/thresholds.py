@@ -369,14 +369,23 @@ PROFILE_EXPORT_US_PER_OP_EVENT = Threshold(
     "process: stop 0.8 s, kineto save 0.4 s",
 )
 PROFILE_BYTES_PER_EVENT = Threshold(
-    "profile_bytes_per_event", 1_700, "bytes per event",
-    "memory the profiler holds per recorded op event with shapes, stacks and memory off (while "
-    "recording, and the results built when it stops): with the window's estimated events, "
-    "what the window would take from the training process",
-    "measured 2026-12-05, torch 2.13 CPU, pytorch/examples time_sequence_prediction (LBFGS over "
-    "an LSTMCell loop) under torchtriage run: its probed step, 6,436,051 events, took the "
-    "process from 1.39 to 11.88 GB resident (1,630 B per event); 3 forward+backward passes in "
-    "a fresh process: 980 B per event, 2,685 B with record_shapes on",
+    "profile_bytes_per_event", 2_400, "bytes per event",
+    "memory the profiler holds at its peak per recorded op event with shapes, stacks and memory "
+    "off (while recording, and the results built when it stops): with the window's estimated "
+    "events, what the window would take from the training process",
+    "measured 2026-12-05, torch 2.13 CPU, under torchtriage run: time_sequence_prediction's "
+    "probed step (LBFGS over an LSTMCell loop), 6,436,051 events, took the process from 1.39 "
+    "to 11.88 GB resident (1,630 B per event); the same model with 6 closure calls, 1,866,559 "
+    "events, from 1.44 to a 5.81 GiB peak (2,350 B per event); in a fresh process 980 B per "
+    "event, 2,685 B with record_shapes on",
+)
+PROFILE_RECORDING_BYTES_PER_EVENT = Threshold(
+    "profile_recording_bytes_per_event", 600, "bytes per event",
+    "the part of profile_bytes_per_event that accrues while the profiler records (the rest "
+    "comes when it stops): the probe is stopped part-way through its step once the process "
+    "has grown by the window's memory share x this / profile_bytes_per_event",
+    "measured 2026-12-05 under torchtriage run, the 1,866,559-event step above: 1.44 to "
+    "2.53 GB resident while recording (585 B per event), its peak only inside the stop",
 )
 PROFILE_MEMORY_SHARE = Threshold(
     "profile_memory_share", 0.5, "share of the memory limit",
@@ -418,6 +427,7 @@ ALL: tuple[Threshold, ...] = (
     PROFILE_EXPORT_US_PER_EVENT,
     PROFILE_EXPORT_US_PER_OP_EVENT,
     PROFILE_BYTES_PER_EVENT,
+    PROFILE_RECORDING_BYTES_PER_EVENT,
     PROFILE_MEMORY_SHARE,
     MEMORY_NEAR_CAPACITY,
     MEMORY_FRAGMENTATION,

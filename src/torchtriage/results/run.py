@@ -66,6 +66,9 @@ class ProfileCost(msgspec.Struct, kw_only=True):
     memory_allowed_bytes: int = 0
     # the one active step was stopped this many seconds in (capture/cost_guard.py; 0: whole)
     slice_s: float = 0.0
+    # the probe was stopped part-way through its step (the process had grown by the memory
+    # share): events_per_step is a lower bound
+    probe_cut: bool = False
     action: str  # one line: what the guard did, or "none"
 
 
