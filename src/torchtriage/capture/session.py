@@ -278,11 +278,7 @@ class ProfileSession:
         prof = self._prof
         if prof is None or self._sliced:
             return
-        meta = dict(self._meta) if self._meta_added else {
-            "warmup_steps": self._warmup_numbers()}
-        meta["partial_steps"] = [prof.step_num]
-        meta["slice_s"] = self._slice_s
-        self._add_metadata_to(prof, meta)
+        self._mark_partial(prof, slice_s=self._slice_s)
         self._sliced = True
         with _profiler_call():
             prof.stop()
@@ -397,10 +393,7 @@ class ProfileSession:
             if not self._sliced:  # (a slice stopped and saved its profiler part-way already)
                 if prof.current_action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
                     # The step opened by the last step() call never finished as a training step.
-                    meta = dict(self._meta) if self._meta_added else {
-                        "warmup_steps": self._warmup_numbers()}
-                    meta["partial_steps"] = [prof.step_num]
-                    self._add_metadata_to(prof, meta)
+                    self._mark_partial(prof)
                 with _profiler_call():
                     prof.__exit__(exc_type, exc, tb)
         finally:
@@ -410,6 +403,15 @@ class ProfileSession:
         self.out_of_memory = out_of_memory_report(exc, self._steps_run) if oom else None
         self._finish(oom)
         return False
+
+    def _mark_partial(self, prof, **extra: Any) -> None:
+        """The step being recorded did not finish as a training step: mark it partial in the
+        trace's metadata (with ``extra``, e.g. a slice's length)."""
+        meta = dict(self._meta) if self._meta_added else {
+            "warmup_steps": self._warmup_numbers()}
+        meta["partial_steps"] = [prof.step_num]
+        meta.update(extra)
+        self._add_metadata_to(prof, meta)
 
     @staticmethod
     def _add_metadata_to(prof, data: dict[str, Any]) -> None:

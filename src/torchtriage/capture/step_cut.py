@@ -38,7 +38,6 @@ class StepCut:
         self._cut = cut
         self._done = threading.Event()  # cancelled, or cut
         self._callback = _PENDING_CALL(self._run)  # referenced here while it may be called
-        self.fired = False  # the cut ran
 
     def start(self) -> None:
         threading.Thread(target=self._wait, name="torchtriage-step-cut", daemon=True).start()
@@ -63,7 +62,6 @@ class StepCut:
         if self._done.is_set():
             return 0
         self._done.set()
-        self.fired = True
         try:
             self._cut()
         except Exception as exc:  # never into the training loop

@@ -115,17 +115,16 @@ def _host(f: Facts) -> Verdict:
     fused = f.names_matching(lambda n: "_fused_" in n)
     if work.ops >= th.OPTIMIZER_OPS_PER_STEP.value and not fused:
         if not work.multi_tensor_ops:
+            loop = f"the optimizer runs {work.ops:.0f} ops per step, one parameter at a time"
             own_share = share_evidence("optimizer_share", work.share,
                                        th.PER_PARAMETER_OPTIMIZER_SHARE)
             if work.share >= th.PER_PARAMETER_OPTIMIZER_SHARE.value:
                 v.remedies.append((BY_ID["optimizer.fused"],
-                                   f"the optimizer runs {work.ops:.0f} ops per step, one "
-                                   f"parameter at a time, {work.share:.0%} of step time"))
+                                   f"{loop}, {work.share:.0%} of step time"))
             else:
                 v.withheld.append((BY_ID["optimizer.fused"],
-                                   f"the optimizer runs {work.ops:.0f} ops per step, one "
-                                   f"parameter at a time, but takes {work.share:.1%} of step "
-                                   "time: fusing it saves at most that", [ops, own_share]))
+                                   f"{loop}, but takes {work.share:.1%} of step time: fusing "
+                                   "it saves at most that", [ops, own_share]))
         elif work.share >= th.FOREACH_OPTIMIZER_SHARE.value:
             classes = _optimizer_classes(f)
             if classes and not classes & FUSED_OPTIMIZERS:  # (none named: it may be fused)
