@@ -473,7 +473,12 @@ def test_activation_checkpointing_knob(tmp_path):
     assert entry["applied"] and "6 x Block" in entry["detail"]
     # Recomputation in backward runs the blocks' forward ops again.
     assert trace_text(out).count('"aten::linear"') > trace_text(base_out).count('"aten::linear"')
-    assert _losses(out) == pytest.approx(_losses(base_out), rel=1e-5)
+    # blocks.py's loss overflows after a few steps: the record keeps those as None. They must
+    # fall on the same steps, and the finite ones agree (pytest >= 9.2 refuses None in approx)
+    losses, base_losses = _losses(out), _losses(base_out)
+    assert [x is None for x in losses] == [x is None for x in base_losses]
+    assert [x for x in losses if x is not None] == pytest.approx(
+        [x for x in base_losses if x is not None], rel=1e-5)
 
 
 def test_ddp_knobs_on_two_ranks(tmp_path):
