@@ -204,8 +204,8 @@ def scaling_table(trace: Path, ranks: int, repeat: int, folder: Path) -> None:
     suffix = "".join(trace.suffixes[-2:]) if trace.name.endswith(".gz") else ".json"
     for rank in range(ranks):
         link = folder / f"rank{rank}{suffix}"
-        if not link.exists():
-            link.symlink_to(trace.resolve())
+        link.unlink(missing_ok=True)  # a link left by an earlier run may dangle
+        link.symlink_to(trace.resolve())
     mb = raw_size(trace) * ranks / 1e6
     print(f"\nMulti-rank: {ranks} ranks x {trace.name} ({mb:.0f} MB of JSON), "
           f"torchtriage.analyze(dir, workers=N), median of {repeat}:\n")

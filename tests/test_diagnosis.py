@@ -47,7 +47,7 @@ def test_catalog_covers_required_ids_and_layers():
     ("communication", ["ddp.bucket_cap", "fsdp.reshard_after_forward", "ddp.grad_accumulation",
                        "ddp.comm_hook", "ddp.static_graph", "fsdp.mixed_precision",
                        "fsdp.prefetch", "fsdp.wrap_granularity"]),
-    ("memory", ["memory.expandable_segments", "memory.grad_accumulation",
+    ("memory", ["memory.expandable_segments", "memory.fix_leak", "memory.grad_accumulation",
                 "memory.activation_checkpointing", "memory.bf16", "memory.fsdp"]),
 ])
 def test_remedies_in_the_seeds_cost_order(layer, order):

@@ -47,6 +47,7 @@ from torchtriage.capture.record import record_fields
 from torchtriage.capture.session import is_out_of_memory
 from torchtriage.capture.signals import SignalRecorder
 from torchtriage.capture.steps import BACKWARD, MANUAL, StepClock, StepDetector
+from torchtriage.capture.timeline import TimelineRecorder
 from torchtriage.results.run import RunConfig, RunRecord, decode_config
 
 ENV = "TORCHTRIAGE_RUN"
@@ -123,6 +124,8 @@ class AutoRun:
             lambda: self.signals.loader_queue, config.max_steps, config.stop_after_window,
             lambda: self.signals.ready, config.max_events, self.dataset.totals)
         self.memory = MemoryWatch()
+        self.timeline = TimelineRecorder(self.clock.started, census=not self.timing)
+        self._profiler_was_on = False  # the profiler ran at the end of the last step
         self.finished = False
         self._lock = threading.Lock()
         self._exception: BaseException | None = None
@@ -136,6 +139,7 @@ class AutoRun:
         register_optimizer_step_post_hook(self._on_optimizer_step)
         self.signals.install(torch)
         self.signals.after_backward = self._on_backward
+        self.timeline.install(torch)
         if not self.timing:
             self.dataset.install()
         from torchtriage.capture import knob_apply
@@ -219,11 +223,21 @@ class AutoRun:
             self.clock.tick()
             if self.timing and steps == self.max_steps:
                 self._measure_longer(steps)
+            # the profiler ran in this step, or stopped at its start (its export is in it)
+            on = self._profiler_on()
+            profiled = self._profiler_was_on or on
             if not self.timing:
-                stop = self.profiling.step_ended(steps, may_start)
+                stop = self.profiling.step_ended(steps, may_start) \
+                    and steps >= self.config.observe_steps
+                self._profiler_was_on = on or self._profiler_on()
+            self.timeline.step_ended(steps, profiled)
         if stop or (self.max_steps and steps >= self.max_steps):
             self.finish()
             raise SystemExit(0)
+
+    def _profiler_on(self) -> bool:
+        session = self.profiling.session
+        return session is not None and session.trace_path is None and not self.profiling.done
 
     def _measure_longer(self, steps: int) -> None:
         """Timing mode: a measured window shorter than ``timing_min_s`` goes on for as many
@@ -240,6 +254,9 @@ class AutoRun:
         per_step = max(measured_s / (steps - warm), 1e-6)
         extra = min(math.ceil(1.1 * (want - measured_s) / per_step),
                     MAX_MEASURED_STEPS - (steps - warm))
+        period = self.config.timing_period
+        if extra > 0 and period > 0:  # whole periods (RunConfig.timing_period)
+            extra = -(-extra // period) * period
         if extra > 0:
             self.max_steps = steps + extra
 
@@ -273,6 +290,7 @@ class AutoRun:
         extra = record_fields(self.rank, self.config.mode, self.clock, self.detector,
                               self.signals, self.host)
         extra["windows"] = list(self.profiling.checks)
+        extra["timeline"] = self.timeline.record(self.clock.ends, self.config.device_memory)
         extra["machine"] = self.profiling.stop_sampling()
         failed = exc is not None and not (isinstance(exc, SystemExit) and not exc.code)
         extra["exit_exception"] = f"{type(exc).__name__}: {exc}" if failed else None

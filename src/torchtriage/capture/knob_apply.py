@@ -14,7 +14,9 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from torchtriage.capture.knob_distributed import patch_ddp, patch_fully_shard
 from torchtriage.capture.knob_host import KnobHost
+from torchtriage.capture.knob_site import caller_site, repeated_blocks, site_keywords
 from torchtriage.diagnosis import knobs as registry
 
 
@@ -54,13 +56,6 @@ def shift_worker_seeds(offset: int) -> None:
     dataloader._BaseDataLoaderIter.__init__ = __init__
 
 
-def _site_keywords(run, site: str) -> dict[str, str]:
-    """knob id -> keyword argument, for the given knobs of a site that set one."""
-    table = registry.by_id()
-    return {k: table[k].keyword for k in run.knobs
-            if k in table and table[k].site == site and table[k].keyword}
-
-
 def _install_backend(run, torch) -> None:
     knobs = run.knobs
     if "matmul.tf32" in knobs:
@@ -70,50 +65,53 @@ def _install_backend(run, torch) -> None:
         run.note("matmul.tf32", True, "set torch.backends.cuda.matmul.allow_tf32, "
                  "cudnn.allow_tf32 and float32 matmul precision"
                  + ("" if torch.cuda.is_available() else " (no CUDA device: no effect on CPU)"))
+    if "dynamo.recompile_limit" in knobs:
+        import torch._dynamo
+
+        config = torch._dynamo.config
+        name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+        setattr(config, name, int(knobs["dynamo.recompile_limit"]))
+        run.note("dynamo.recompile_limit", True,
+                 f"set torch._dynamo.config.{name} = {knobs['dynamo.recompile_limit']}")
     if "cudnn.benchmark" in knobs:
         torch.backends.cudnn.benchmark = knobs["cudnn.benchmark"]
         run.note("cudnn.benchmark", True, "set torch.backends.cudnn.benchmark"
                  + ("" if torch.cuda.is_available() else " (no CUDA device: no effect on CPU)"))
 
 
+def _patch_compile_call(run: KnobHost, torch) -> None:
+    """``compile.dynamic``: every torch.compile call (the script's, Module.compile()'s and
+    compile.mode's) gets ``dynamic=`` the knob's value, whatever it passed."""
+    original = torch.compile
+    value = bool(run.knobs["compile.dynamic"])
+
+    def compile(model=None, *args, **kwargs):
+        passed = kwargs.get("dynamic")
+        kwargs["dynamic"] = value
+        run.note("compile.dynamic", True,
+                 f"torch.compile(..., dynamic={value}) (the call passed dynamic={passed})",
+                 where=caller_site())
+        return original(model, *args, **kwargs)
+
+    compile.__wrapped__ = original
+    torch.compile = compile
+
+
 def _install_micro_batches(run, torch) -> None:
     _patch_accumulation(run, torch)
-
-
-def _library_dirs() -> tuple[str, ...]:
-    import os
-
-    import torch
-
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the torchtriage package
-    return (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, here + os.sep)
-
-
-def _where() -> str | None:
-    """``file:line`` of the user's code that called into torch (None when there is none)."""
-    import sys
-
-    libraries = _library_dirs()
-    frame = sys._getframe(2)
-    while frame is not None:
-        path = frame.f_code.co_filename
-        if not path.startswith("<") and not path.startswith(libraries):
-            return f"{path}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
 
 
 def _patch_dataloader(run: KnobHost, torch) -> None:
     from torch.utils.data import DataLoader
 
     original = DataLoader.__init__
-    keywords = _site_keywords(run, "dataloader")
+    keywords = site_keywords(run, "dataloader")
     wanted = {arg: run.knobs[k] for k, arg in keywords.items()}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         bound = inspect.signature(original).bind_partial(self, *args, **kwargs).arguments
         bound.pop("self", None)
-        where = _where()
+        where = caller_site()
         for arg, value in wanted.items():
             bound[arg] = value
         if run.knobs.get("memory.grad_accumulation", 1) > 1:
@@ -237,7 +235,7 @@ def _patch_optimizer(run: KnobHost, torch) -> None:
     def __init__(self, params, defaults: dict[str, Any]) -> None:
         name = type(self).__name__
         defaults = dict(defaults)
-        where = _where()
+        where = caller_site()
         if fused is not None:
             if "fused" in defaults:
                 defaults["fused"] = fused
@@ -342,29 +340,12 @@ class _AutocastRegion:
             self.noted = True
             self.run.note("amp.bf16", True, f"bf16 autocast ({device}) from each top-level "
                           f"model call ({type(module).__name__}, ...) to the next backward: the "
-                          "forward and the loss", _where())
+                          "forward and the loss", caller_site())
 
     def close(self) -> None:
         if self.context is not None and self._ident() == self.thread:
             context, self.context = self.context, None
             context.__exit__(None, None, None)
-
-
-def repeated_blocks(root) -> list[Any]:
-    """The largest run of same-class children with parameters, at any depth (a ModuleList or
-    Sequential of layers): the blocks that activation checkpointing and FSDP work on."""
-    best: list[Any] = []
-    for container in root.modules():
-        children = list(container.children())
-        run_start = 0
-        for i in range(1, len(children) + 1):
-            if i == len(children) or type(children[i]) is not type(children[run_start]):
-                group = children[run_start:i]
-                has_params = any(True for b in group for _ in b.parameters())
-                if len(group) >= 2 and has_params and len(group) > len(best):
-                    best = group
-                run_start = i
-    return best
 
 
 def _checkpoint_repeated_blocks(run: KnobHost, torch, root) -> None:
@@ -389,142 +370,6 @@ def _checkpoint_repeated_blocks(run: KnobHost, torch, root) -> None:
              f"{len(best)} x {type(best[0]).__name__} blocks checkpointed, from the second call")
 
 
-def _patch_ddp(run: KnobHost, torch) -> None:
-    from torch.nn.parallel import DistributedDataParallel
-
-    original = DistributedDataParallel.__init__
-    arguments = _site_keywords(run, "ddp")
-    if run.knobs.get("memory.fsdp") is True:
-        _shard_instead_of_ddp(run, DistributedDataParallel)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        where = _where()
-        for knob, arg in arguments.items():
-            kwargs[arg] = run.knobs[knob]
-            run.note(knob, True, f"DistributedDataParallel({arg}={run.knobs[knob]!r}) at "
-                     f"{where}", where)
-        original(self, *args, **kwargs)
-        if run.knobs.get("memory.grad_accumulation", 1) > 1:
-            _sync_last_micro_batch(run, self)
-        hook = run.knobs.get("ddp.comm_hook", "none")
-        if hook != "none":
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-            fn = default_hooks.bf16_compress_hook if hook == "bf16" else \
-                default_hooks.fp16_compress_hook
-            try:
-                self.register_comm_hook(None, fn)
-            except (TypeError, RuntimeError, ValueError) as exc:  # e.g. bf16 needs NCCL
-                run.note("ddp.comm_hook", False, f"{fn.__name__} refused by DDP: {exc}")
-            else:
-                run.note("ddp.comm_hook", True, f"{fn.__name__} registered")
-
-    DistributedDataParallel.__init__ = __init__
-
-
-def _patch_fully_shard(run: KnobHost, torch) -> None:
-    """fsdp.* knobs: keyword arguments of every FSDP2 ``fully_shard`` call. The function is
-    replaced where scripts import it from (``torch.distributed.fsdp`` and its private
-    homes) before the script runs; a call that sets ``mp_policy`` itself keeps it."""
-    import importlib
-
-    homes = []
-    for name in ("torch.distributed.fsdp", "torch.distributed.fsdp._fully_shard",
-                 "torch.distributed._composable.fsdp"):
-        try:
-            homes.append(importlib.import_module(name))
-        except ImportError:
-            continue
-    fsdp = next((m for m in homes if hasattr(m, "fully_shard")), None)
-    if fsdp is None:
-        return  # this torch has no FSDP2: every fsdp.* knob is noted "not reached"
-    original = fsdp.fully_shard
-    arguments = _site_keywords(run, "fully_shard")
-
-    def fully_shard(module, *args: Any, **kwargs: Any) -> Any:
-        where = _where()
-        for knob, arg in arguments.items():
-            value = run.knobs[knob]
-            if arg == "mp_policy":
-                if kwargs.get(arg) is not None:
-                    run.note(knob, False, f"fully_shard at {where} sets its own mp_policy")
-                    continue
-                value = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                                  reduce_dtype=torch.float32)
-            kwargs[arg] = value
-            run.note(knob, True, f"fully_shard({type(module).__name__}, {arg}="
-                     f"{run.knobs[knob]!r}) at {where}", where)
-        return original(module, *args, **kwargs)
-
-    for home in homes:
-        if getattr(home, "fully_shard", None) is original:
-            home.fully_shard = fully_shard
-
-
-def _shard_instead_of_ddp(run: KnobHost, ddp_class) -> None:
-    """memory.fsdp: ``DistributedDataParallel(model, ...)`` returns ``model`` sharded with
-    FSDP2 instead: ``fully_shard`` on each of its :func:`repeated_blocks`, then on the root
-    (as torchtitan and the FSDP docs do), so that parameters, gradients and the optimizer
-    state built after it (over ``model.parameters()``) are split across the ranks. The module
-    keeps DDP's ``module`` (itself) and ``no_sync()`` (no gradient reduction inside) for
-    scripts that use them. Kept as DDP, with the reason noted, without FSDP2, without a
-    process group, or without repeated blocks (one shard of the whole model is no ladder rung:
-    it gathers everything at once)."""
-    from contextlib import contextmanager
-
-    original_new = ddp_class.__new__
-
-    def __new__(cls, module=None, *args: Any, **kwargs: Any):
-        where = _where()
-        blocks = repeated_blocks(module) if module is not None else []
-        try:
-            from torch.distributed.fsdp import fully_shard
-        except ImportError:
-            fully_shard = None
-        import torch.distributed as dist
-
-        why = ("this torch has no FSDP2 (torch.distributed.fsdp.fully_shard)"
-               if fully_shard is None else
-               "no process group is initialized" if not dist.is_initialized() else
-               "the model has no repeated block to shard" if not blocks else None)
-        if why:
-            run.note("memory.fsdp", False, f"DistributedDataParallel at {where} kept: {why}")
-            return original_new(cls)
-        name = type(blocks[0]).__name__  # fully_shard renames the class (FSDP<name>)
-        for block in blocks:
-            fully_shard(block)
-        fully_shard(module)
-
-        @contextmanager
-        def no_sync():
-            module.set_requires_gradient_sync(False)
-            try:
-                yield
-            finally:
-                module.set_requires_gradient_sync(True)
-
-        object.__setattr__(module, "no_sync", no_sync)
-        object.__setattr__(module, "module", module)
-        run.note("memory.fsdp", True, f"DistributedDataParallel at {where} replaced by "
-                 f"fully_shard on {len(blocks)} x {name} blocks and the root", where)
-        return module  # not a DistributedDataParallel: its __init__ does not run
-
-    ddp_class.__new__ = staticmethod(__new__)
-
-
-def _sync_last_micro_batch(run: KnobHost, ddp) -> None:
-    """With gradient accumulation, DDP all-reduces only in the last micro-batch's backward
-    (what ``with model.no_sync():`` does for the others)."""
-    forward = ddp.forward
-
-    def forward_with_sync_choice(*args: Any, **kwargs: Any) -> Any:
-        if run.micro_batches > 1:
-            ddp.require_backward_grad_sync = run.sync_this_backward()
-        return forward(*args, **kwargs)
-
-    ddp.forward = forward_with_sync_choice
-
-
 def _patch_to(run: KnobHost, torch) -> None:
     if not torch.cuda.is_available():
         run.note("h2d.non_blocking", False, "no CUDA device: no host-to-device copies")
@@ -538,7 +383,7 @@ def _patch_to(run: KnobHost, torch) -> None:
             if target is not None and "cuda" in str(target):
                 kwargs["non_blocking"] = True
                 run.note("h2d.non_blocking", True, "pinned tensor copied with non_blocking=True "
-                         f"at {_where()}")
+                         f"at {caller_site()}")
         return original(tensor, *args, **kwargs)
 
     torch.Tensor.to = to
@@ -576,11 +421,12 @@ def _checkpoint_sequential(run: KnobHost, torch, root) -> None:
 # one installer per site, run in the registry's site order
 INSTALLERS: dict[str, Callable[[Any, Any], None]] = {
     "backend": _install_backend,
+    "compile_call": _patch_compile_call,
     "dataloader": _patch_dataloader,
     "micro_batches": _install_micro_batches,
     "optimizer": _patch_optimizer,
     "root_module": _watch_root_module,
     "h2d_copy": _patch_to,
-    "ddp": _patch_ddp,
-    "fully_shard": _patch_fully_shard,
+    "ddp": patch_ddp,
+    "fully_shard": patch_fully_shard,
 }

@@ -31,6 +31,7 @@ from torchtriage.capture.rundir import claim_run_dir
 from torchtriage.diagnosis.diagnose import diagnose_out_of_memory
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.diagnosis.run_view import RunInputs
 from torchtriage.diagnosis.traces import DiagnoseOptions, diagnose_traces
 from torchtriage.errors import TorchtriageError
 from torchtriage.results.registry import read_document
@@ -248,8 +249,10 @@ def write_diagnosis(result: RunResult, device_memory: int | None, top: int = 10)
     if not result.traces:
         report = next((r.out_of_memory for r in result.records if r.out_of_memory), None)
         if report is not None:
-            result.diagnosis = diagnose_out_of_memory(report, device_memory=device_memory,
-                                                      machine=result.records[0].machine)
+            rank = next(r for r in result.records if r.out_of_memory)
+            result.diagnosis = diagnose_out_of_memory(
+                report, device_memory=device_memory, machine=result.records[0].machine,
+                run=run_inputs(result.records).get(rank.rank))
             result.diagnosis.write(target)
         return
     # rank 0's diagnosis holds for these traces and every run record (a rank that finished
@@ -301,7 +304,17 @@ def run_dir_options(records: list[RunRecord], device_memory: int | None, top: in
         machine={r.rank: r.machine for r in records},
         out_of_memory={r.rank: r.out_of_memory for r in records if r.out_of_memory},
         windows={r.rank: r.windows for r in records if r.windows},
+        runs=run_inputs(records),
         workers=1)
+
+
+def run_inputs(records: list[RunRecord]) -> dict[int, RunInputs]:
+    """Each rank's step timeline with what the whole-run view reads beside it."""
+    job_steps = max((len(r.timeline.end_s) for r in records if r.timeline), default=0)
+    return {r.rank: RunInputs(timeline=r.timeline, compile=r.compile,
+                              exit_exception=r.exit_exception, job_steps=job_steps or None,
+                              first_step_s=r.first_step_s)
+            for r in records if r.timeline is not None and r.timeline.end_s}
 
 
 def rank_files(out: Path) -> tuple[list[Path], list[RunRecord]]:

@@ -82,6 +82,42 @@ CATALOG: tuple[Remedy, ...] = (
            cpu_title="Compile the model so that its small ops run as fused generated code",
            cpu_code='model = torch.compile(model)  # "reduce-overhead" adds CUDA graphs: GPU '
                     'only'),
+    # host, over the run: recompilation and periodic work between steps.
+    Remedy("compile.dynamic", "host", 1,
+           "Compile with dynamic shapes so new input sizes do not recompile",
+           "model = torch.compile(model, dynamic=True)\n"
+           "# or mark the varying dimension: torch._dynamo.mark_dynamic(x, 1)",
+           "removes recompilation stalls (and eager fallback past the recompile limit)",
+           "recompilations over the run fall to ~1 per frame; steps after the first no longer "
+           "stall"),
+    Remedy("compile.recompile_limit", "host", 1,
+           "Raise the recompile limit so frames past it stay compiled",
+           "torch._dynamo.config.recompile_limit = 64  # default 8",
+           "frames that fell back to eager run compiled again; more compile time up front",
+           "no 'hit config.recompile_limit' warning; recompile-limit hits fall to 0"),
+    Remedy("compile.pad_buckets", "host", 2,
+           "Pad inputs to a few fixed lengths",
+           "length = min(b for b in (64, 128, 256, 512) if b >= x.shape[1])\n"
+           "x = torch.nn.functional.pad(x, (0, length - x.shape[1]), value=pad_id)",
+           "one compilation per bucket instead of one per length",
+           "recompilations over the run stop after one per bucket"),
+    Remedy("compile.remove_graph_break", "host", 3,
+           "Remove the graph break from the compiled region",
+           "move the .item()/print()/data-dependent branch out of the compiled forward "
+           "(torch._dynamo.explain(model)(x) lists them)",
+           "one graph instead of several: fewer guards, more fusion",
+           "graph breaks over the run fall to 0"),
+    Remedy("eval.interval", "host", 2,
+           "Evaluate less often, or on fewer batches",
+           "if step % eval_every == 0: evaluate(model, val_loader, max_batches=50)",
+           "up to the evaluation stalls' share of the run",
+           "periodic stalls shrink or come less often; their share of the run falls"),
+    Remedy("checkpoint.async", "host", 2,
+           "Save checkpoints less often, or asynchronously",
+           "import torch.distributed.checkpoint as dcp\n"
+           "dcp.async_save({'model': model.state_dict()}, checkpoint_id=path)",
+           "up to the checkpoint stalls' share of the run",
+           "checkpoint steps no longer stall the loop"),
     # kernel: precision first, then fusion, then custom kernels.
     Remedy("matmul.tf32", "kernel", 1,
            "Let fp32 matmuls use TF32 tensor cores (Ampere or newer)",
@@ -168,6 +204,14 @@ CATALOG: tuple[Remedy, ...] = (
            "recovers reserved-but-unused memory (fragmentation)",
            "peak reserved falls toward peak allocated",
            gpu_only=True),
+    Remedy("memory.fix_leak", "memory", 2,
+           "Stop keeping each step's tensors alive across steps",
+           "losses.append(loss.item())  # not loss: it keeps the step's tensors and graph\n"
+           "preds.append(logits.detach().cpu())  # for metrics at the end of the epoch",
+           "memory stops growing: no out-of-memory error later in the run, and no need for "
+           "the memory ladder",
+           "allocated memory at step boundaries is flat over the run (torchtriage run's "
+           "whole-run view)"),
     Remedy("memory.grad_accumulation", "memory", 2,
            "Halve the micro-batch and accumulate gradients",
            "for i, mb in enumerate(batch.chunk(k)): (loss_fn(model(mb)) / k).backward()",

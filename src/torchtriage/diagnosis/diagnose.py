@@ -30,6 +30,7 @@ from torchtriage.diagnosis import result as r
 from torchtriage.diagnosis import rules
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import COST_LABELS, Remedy
+from torchtriage.diagnosis.confidence import verdict_confidence
 from torchtriage.diagnosis.contention import contention_finding
 from torchtriage.diagnosis.dataset import dataset_verdict
 from torchtriage.diagnosis.overhead import overhead_finding, profiler_overhead
@@ -39,6 +40,8 @@ from torchtriage.diagnosis.primary import (
     out_of_memory_rule,
     time_primary,
 )
+from torchtriage.diagnosis.rules.memory import growth_verdict, leak_withholds
+from torchtriage.diagnosis.run_view import RunInputs, run_view
 from torchtriage.diagnosis.vocabulary import (
     CONFIDENCE_LEVELS,
     CPU_CATEGORY_LAYER,
@@ -60,6 +63,7 @@ def diagnose(
     machine: dict | r.MachineInfo | None = None,
     out_of_memory: r.OutOfMemory | None = None,
     windows: list[r.WindowCheck] | None = None,
+    run: RunInputs | None = None,
 ) -> r.Diagnosis:
     """Classify the trace's bottleneck layer and prescribe fixes, cheapest first.
 
@@ -73,6 +77,9 @@ def diagnose(
         out_of_memory: what that error said (its figures become the memory layer's evidence).
         windows: ``torchtriage run``'s checks of its profiled windows, the last one this
             trace's: a window that was not steady state is said so and lowers the confidence.
+        run: the run record's step timeline (``torchtriage run``): the whole run's memory
+            growth, recurring stalls and compilation (diagnosis/run_view.py) join the rules,
+            and a recurring stall may name the primary layer.
     """
     window = windows[-1] if windows else None
     steps = without_short_one_off(find_steps(trace), window)
@@ -81,6 +88,13 @@ def diagnose(
     facts = build_facts(trace, device_memory=device_memory, oom=oom, machine=machine,
                         out_of_memory=out_of_memory, steps=steps, window=window)
     steps, breakdown, nesting, gpu = facts.steps, facts.breakdown, facts.nesting, facts.gpu
+    dynamic = dynamic_shape_ops(trace, steps)
+    dynamic_rows = [r.DynamicShape(op=d.name, steps_seen=d.steps_seen,
+                                   distinct_signatures=d.distinct_signatures,
+                                   examples=list(d.examples)) for d in dynamic]
+    if run is not None:
+        facts.run = run_view(run, out_of_memory=out_of_memory, dynamic_shapes=dynamic_rows,
+                             device_memory=device_memory)
     verdicts = {layer: rules.Verdict() for layer in LAYERS}
     for rule in rules.RULES:
         verdicts[rule.layer].merge(rule.judge(facts))
@@ -91,8 +105,8 @@ def diagnose(
                                         else time_primary(facts))
     verdicts["data_loading"] = _with_dataset(verdicts["data_loading"], trace, facts)
     missing = _missing(trace, steps)
-    confidence, margin_evidence = _confidence(facts, primary, runner_up, memory_verdict,
-                                              primary_rule)
+    confidence, margin_evidence = verdict_confidence(facts, primary, runner_up,
+                                                      memory_verdict, primary_rule)
     if any(m.startswith(_ACCELERATOR_WITHOUT_KERNELS) for m in missing):
         confidence = "low"  # a device job judged from its host side alone
     verdicts[primary].evidence.insert(0, margin_evidence)
@@ -117,7 +131,6 @@ def diagnose(
         findings.append(overhead_finding(facts.profiler_overhead))
     for layer in (primary, *[x for x in ("memory", *ranked) if x != primary]):
         findings.extend(verdicts[layer].findings)
-    dynamic = dynamic_shape_ops(trace, steps)
     if dynamic:
         findings.append(r.Finding(
             id="shapes.dynamic", severity="info", layer="kernel",
@@ -134,7 +147,8 @@ def diagnose(
     doc_breakdown = _breakdown_doc(breakdown, gpu)
     return r.Diagnosis(
         tool_version=__version__,
-        summary=_summary(primary, facts, doc_breakdown, prescriptions, withheld),
+        summary=_summary(primary, facts, doc_breakdown, prescriptions, withheld,
+                         primary_rule),
         primary=primary,
         confidence=confidence,
         primary_rule=primary_rule,
@@ -162,9 +176,7 @@ def diagnose(
                          if cap else None)
             for p, cap, src in facts.memory
         ],
-        dynamic_shapes=[r.DynamicShape(op=d.name, steps_seen=d.steps_seen,
-                                       distinct_signatures=d.distinct_signatures,
-                                       examples=list(d.examples)) for d in dynamic],
+        dynamic_shapes=dynamic_rows,
         gpu=_gpu_report(trace, facts, top) if facts.device is not None else None,
         missing=missing,
         machine=facts.machine,
@@ -184,6 +196,7 @@ def diagnose(
         window=window,
         superseded_windows=list(windows[:-1]) if windows else [],
         data_quality=quality,
+        run=facts.run,
     )
 
 
@@ -221,14 +234,25 @@ def build_facts(trace: Trace, *, device_memory: int | None = None, oom: bool = F
 
 
 def diagnose_out_of_memory(report: r.OutOfMemory, *, device_memory: int | None = None,
-                           machine: dict | r.MachineInfo | None = None) -> r.Diagnosis:
+                           machine: dict | r.MachineInfo | None = None,
+                           run: RunInputs | None = None) -> r.Diagnosis:
     """The diagnosis of a run that ran out of memory before the profiler recorded a step: no
     trace, so no time breakdown; `memory` from the error's own figures, with the ladder's
     prescriptions cheapest first (expandable segments first where the reserved cache sat
-    idle)."""
+    idle). With the run's step timeline (``run``), memory that grew steadily up to the error
+    is a leak: its fix is prescribed and the ladder withheld."""
     verdict = rules.Verdict()
     rules.out_of_memory_evidence(verdict, report)
-    verdict.remedies.extend(rules.ladder_remedies())
+    view = run_view(run, out_of_memory=report, device_memory=device_memory) if run else None
+    growth = view.growth if view is not None else None
+    withheld: list[r.Withheld] = []
+    if growth is not None and growth.steady:
+        growth_verdict(verdict, growth, out_of_memory=True)
+        withheld = [r.Withheld(id=remedy.id, layer=remedy.layer,
+                               reason=leak_withholds(growth), evidence=list(growth.evidence))
+                    for remedy, _ in rules.ladder_remedies()]
+    else:
+        verdict.remedies.extend(rules.ladder_remedies())
     gpu = bool(report.device and report.device.startswith("cuda"))
     capacity = report.capacity_bytes or device_memory
     if capacity:
@@ -254,10 +278,10 @@ def diagnose_out_of_memory(report: r.OutOfMemory, *, device_memory: int | None =
         layers=layers,
         breakdown=r.Breakdown(mode=mode, categories=[], wall_ms=0.0, exposed_ms={}, share={},
                               steps=[], median_step_ms=0.0),
-        findings=verdict.findings, prescriptions=prescriptions,
+        findings=verdict.findings, prescriptions=prescriptions, withheld=withheld,
         missing=["a trace: the run ran out of memory before the profiler recorded a step; the "
                  "figures come from the error and the allocator"],
-        machine=_machine(machine), out_of_memory=report,
+        machine=_machine(machine), out_of_memory=report, run=view,
     )
 
 
@@ -440,49 +464,6 @@ def _memory_with_capacity(trace: Trace, device_memory: int | None, steps: StepWi
     return out
 
 
-def _confidence(facts, primary: str, runner_up: str | None, memory_verdict,
-                primary_rule: r.PrimaryRule):
-    if primary_rule.rule == "loader_outpaced":
-        # The shares inside the window do not decide this verdict, the loader's pace does: at
-        # steady state a step waits 1 - work/period of its time for data; the margin is that
-        # share above the one at the loader_outpaced boundary.
-        ratio = primary_rule.evidence[0].value
-        margin = (1 - 1 / ratio) - (1 - 1 / th.LOADER_OUTPACED.value)
-        level = (2 if margin >= th.CONFIDENCE_HIGH_MARGIN.value else
-                 1 if margin >= th.CONFIDENCE_MEDIUM_MARGIN.value else 0)
-        ev = r.Evidence(metric="loader_wait_share_over_boundary", value=round(margin, 4),
-                        unit="share of a steady-state step waiting for data (1 - step work / "
-                             "loader period) above its value at loader_outpaced",
-                        threshold=th.CONFIDENCE_HIGH_MARGIN.value, comparison=">=",
-                        fired=margin >= th.CONFIDENCE_HIGH_MARGIN.value,
-                        source=th.CONFIDENCE_HIGH_MARGIN.source)
-    elif primary == "memory":
-        level = 2 if facts.oom or any(
-            e.fired and e.value >= 0.95 for e in memory_verdict.evidence
-            if e.metric.startswith("peak_memory_fraction")) else 1
-        ev = r.Evidence(metric="memory_rule", value=1.0, fired=True,
-                        source=th.MEMORY_NEAR_CAPACITY.source)
-    else:
-        # Distance to the nearest decision boundary: the next candidate layer and, for a
-        # non-compute primary, kernel reaching COMPUTE_BOUND.
-        margin = facts.share(primary) - facts.share(runner_up)
-        metric = f"lead_over_{runner_up}"
-        headroom = th.COMPUTE_BOUND.value - facts.share("kernel")
-        if primary != "kernel" and headroom < margin:
-            margin, metric = headroom, "kernel_below_compute_bound"
-        level = (2 if margin >= th.CONFIDENCE_HIGH_MARGIN.value else
-                 1 if margin >= th.CONFIDENCE_MEDIUM_MARGIN.value else 0)
-        ev = r.Evidence(metric=metric, value=round(margin, 4),
-                        unit="share of step time", threshold=th.CONFIDENCE_HIGH_MARGIN.value,
-                        comparison=">=", fired=margin >= th.CONFIDENCE_HIGH_MARGIN.value,
-                        source=th.CONFIDENCE_HIGH_MARGIN.source)
-    if facts.steps.source != "profiler_step":
-        level -= 1
-    if len(facts.steps) < th.MIN_STEPS_FOR_CONFIDENCE.value:
-        level -= 1
-    return CONFIDENCE_LEVELS[max(level, 0)], ev
-
-
 def _step_findings(steps) -> list[r.Finding]:
     out = []
     if steps.source == "optimizer_step":
@@ -578,7 +559,8 @@ def _rows(stats: list[OpStat]) -> list[r.OpRow]:
                     self_ms=round(s.self_us / 1e3, 3), share=round(s.share, 4)) for s in stats]
 
 
-def _summary(primary, facts, b: r.Breakdown, prescriptions, withheld=()) -> str:
+def _summary(primary, facts, b: r.Breakdown, prescriptions, withheld=(),
+             primary_rule: r.PrimaryRule | None = None) -> str:
     first = f" First fix: {prescriptions[0].id}." if prescriptions else ""
     held = [w for w in withheld if w.layer == primary]
     if held:
@@ -588,8 +570,18 @@ def _summary(primary, facts, b: r.Breakdown, prescriptions, withheld=()) -> str:
                   + "; ".join(f"{w.id} ({w.reason})" for w in held[:1])
                   + (f" and {len(held) - 1} more" if len(held) > 1 else "") + ".")
     n = len(b.steps)
-    if primary == "memory":
+    growth = facts.run.growth if facts.run is not None else None
+    if primary == "memory" and growth is not None and growth.steady:
+        what = (f"memory is the bottleneck: it grows by {growth.bytes_per_step / 2**20:.2f} MiB "
+                "per step over the run (a leak)")
+    elif primary == "memory":
         what = "memory is the bottleneck: the job is at its device memory limit"
+    elif primary_rule is not None and primary_rule.rule == "recurring_stall":
+        stall = next(s for s in facts.run.stalls if s.cause != "unexplained")
+        what = (f"{primary} is the bottleneck over the run: stalls "
+                + (f"every {stall.period_steps} steps" if stall.period_steps else "")
+                + f" ({stall.cause.replace('_', ' ')}) take {stall.share_of_run:.0%} of its "
+                "wall time")
     else:
         what = f"{primary} is the bottleneck: {facts.share(primary):.0%} of step time"
     return f"{what} (median step {b.median_step_ms:.1f} ms over {n} step(s)).{first}"

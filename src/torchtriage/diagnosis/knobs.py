@@ -43,8 +43,8 @@ from typing import Any, Literal, get_args
 from torchtriage.errors import TorchtriageError
 
 # Where a knob applies in the training process (one installer per site in capture/knob_apply).
-Site = Literal["backend", "dataloader", "micro_batches", "optimizer", "root_module", "h2d_copy",
-               "ddp", "fully_shard"]
+Site = Literal["backend", "compile_call", "dataloader", "micro_batches", "optimizer",
+               "root_module", "h2d_copy", "ddp", "fully_shard"]
 SITES: tuple[Site, ...] = get_args(Site)  # also the order in which installers run
 Kind = Literal["bool", "int", "choice"]
 # What a knob does to numerics, from none to most (parity's tolerance follows the loosest).
@@ -54,7 +54,8 @@ NUMERICS_ORDER: tuple[Numerics, ...] = get_args(Numerics)
 Condition = Literal["gpu", "workers", "distributed", "per_parameter_optimizer"]
 CONDITION_WHY: dict[Condition, str] = {
     "gpu": "applies to CUDA jobs only",
-    "workers": "needs DataLoader workers (dataloader.num_workers kept first)",
+    "workers": "needs DataLoader workers (the script's own, or dataloader.num_workers kept "
+               "first)",
     "distributed": "needs a DistributedDataParallel job",
     "per_parameter_optimizer": "the optimizer already runs multi-tensor (foreach) kernels",
 }
@@ -202,6 +203,17 @@ KNOBS: tuple[Knob, ...] = (
                  # compile modes in order of compile cost
                  Serves("compile.default", ("default", "reduce-overhead", "max-autotune")),
                  Serves("compile.max_autotune", ("max-autotune",)))),
+    Knob("compile.dynamic", "bool",
+         "torch.compile(..., dynamic=True) for the script's torch.compile calls (and "
+         "Module.compile(), and compile.mode's)",
+         "compile_call", "torch.compile was never called", call("compile"), keyword="dynamic",
+         inert=(False,), numerics="compiled", exact_for=(False,), warmup=5,
+         serves=(Serves("compile.dynamic", (True,)),)),
+    Knob("dynamo.recompile_limit", "int",
+         "torch._dynamo.config.recompile_limit (frames recompiled more often run eager)",
+         "backend", NOT_REACHED_DEFAULT,
+         statements("torch._dynamo.config.recompile_limit = {v}"), minimum=1, warmup=5,
+         serves=(Serves("compile.recompile_limit", (64,)),)),
     Knob("optimizer.fused", "bool", "optimizers built with fused=True where supported",
          "optimizer", _OPTIMIZER, call(), keyword="fused",
          # fused kernels first; the multi-tensor (foreach) path where fused is not faster
@@ -283,7 +295,9 @@ NOT_INJECTED: dict[str, str] = {
 # (sync.remove's code is the diagnosis's, for the kind of sync it found: a scalar read, a copy,
 # a data-dependent shape, torch.cuda.synchronize())
 CODE_CHANGES: tuple[str, ...] = ("sync.remove", "kernel.custom", "fsdp.prefetch",
-                                 "fsdp.wrap_granularity")
+                                 "fsdp.wrap_granularity", "memory.fix_leak",
+                                 "compile.pad_buckets", "compile.remove_graph_break",
+                                 "eval.interval", "checkpoint.async")
 
 
 def reseeds_workers(knobs: Mapping[str, Any]) -> bool:

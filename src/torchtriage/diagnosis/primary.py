@@ -11,7 +11,10 @@ batches come slower than the loop would use them, so at steady state each step w
 loader (a window's steps can draw on batches prepared before it, a queue the checks did not
 see drain, and show loading smaller than it is); else ``kernel`` at
 ``compute_bound``; else the largest non-compute layer that reaches its
-significance threshold (it is what keeps the compute idle); else ``kernel``. So a smaller
+significance threshold (it is what keeps the compute idle); else ``kernel``. Before all
+of these (memory aside), stalls that recur over the whole run and cost
+``run_stall_significant`` of its wall time name their cause's layer (``recurring_stall``).
+So a smaller
 share can win (data loading at 35 % over kernels at 55 %): each verdict carries the branch
 that decided (:class:`~torchtriage.diagnosis.result.PrimaryRule`), its comparisons and a line
 built from the thresholds themselves, which the reports print beside the layer shares.
@@ -26,6 +29,7 @@ from torchtriage.diagnosis import rules
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.dataset import loader_period_ms
 from torchtriage.diagnosis.rules.data_loading import job_cpu_evidence
+from torchtriage.diagnosis.rules.run import STALL_LAYER
 from torchtriage.diagnosis.vocabulary import TIME_LAYERS
 
 # each time layer's significance: the share at which its prescriptions are listed and at which
@@ -51,6 +55,9 @@ def time_primary(facts: rules.Facts) -> tuple[str, str, r.PrimaryRule]:
     waste = sorted((x for x in TIME_LAYERS if x != "kernel"), key=lambda x: -facts.share(x))
     bound = rules.share_evidence("kernel_share", facts.share("kernel"), th.COMPUTE_BOUND)
     kernel = f"kernel {bound.value:.1%}"  # the rounded share, as the layer table shows it
+    stalled = _recurring_stall(facts)
+    if stalled is not None:  # compared with what the window names
+        return stalled[0], waste[0] if waste[0] != stalled[0] else "kernel", stalled[1]
     contended = _contended_by_loading(facts)
     if contended is not None:  # compared with the compute it slows down
         return "data_loading", "kernel", contended
@@ -79,6 +86,34 @@ def time_primary(facts: rules.Facts) -> tuple[str, str, r.PrimaryRule]:
                + ", ".join(f"{x} {checks[x].value:.1%} < {_named(SIGNIFICANT[x])}"
                            for x in waste)
                + "): kernel stays primary.")
+
+
+def _recurring_stall(facts: rules.Facts) -> tuple[str, r.PrimaryRule] | None:
+    """The recurring-stall branch: over the whole run (``torchtriage run``'s step timeline),
+    stalls of one explained cause (not ``unexplained``) that cost ``run_stall_significant`` of
+    the run's wall time name their layer, whatever the window's shares: the window's steps
+    lie between the stalls and do not contain them."""
+    run = facts.run
+    if run is None:
+        return None
+    for stall in run.stalls:  # the costliest first
+        if stall.cause == "unexplained":
+            continue
+        ev = rules.share_evidence("stall_share_of_run", stall.share_of_run,
+                                  th.RUN_STALL_SIGNIFICANT)
+        ev.unit = f"of the run's wall time, in stalls ({stall.cause.replace('_', ' ')})"
+        if not ev.fired:
+            return None
+        every = (f"every {stall.period_steps} steps" if stall.period_steps
+                 else f"at {len(stall.steps)} steps")
+        layer = STALL_LAYER[stall.cause]
+        return layer, r.PrimaryRule(
+            rule="recurring_stall", evidence=[ev],
+            reason=f"over the whole run, steps stall {every} ({stall.cause.replace('_', ' ')}"
+                   f"), {ev.value:.1%} of its wall time >= {_named(th.RUN_STALL_SIGNIFICANT)}: "
+                   f"{layer} comes first whatever the window's shares (its steps lie between "
+                   "the stalls).")
+    return None
 
 
 def _contended_by_loading(facts: rules.Facts) -> r.PrimaryRule | None:

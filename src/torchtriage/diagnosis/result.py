@@ -15,9 +15,13 @@ from torchtriage.diagnosis.vocabulary import (
     Confidence,
     DataQualityAction,
     DataQualityKind,
+    GrowthCause,
     Layer,
+    MemorySource,
     PrimaryRuleBranch,
+    RunEventKind,
     Severity,
+    StallCause,
     SyncKind,
     TraceMode,
 )
@@ -334,6 +338,149 @@ class OutOfMemory(msgspec.Struct, kw_only=True):
     peak_allocated_bytes_by_step: list[int] = []
 
 
+class RunEvent(msgspec.Struct, kw_only=True):
+    """Something the training process saw happen inside a step (capture/timeline.py): a
+    DataLoader starting its worker processes, an evaluation pass (the model switched out of
+    training mode and back), a ``torch.save``."""
+
+    kind: RunEventKind
+    step: int  # the step in progress when it began, counted from the first step
+    start_s: float  # seconds from the bootstrap's start
+    duration_s: float  # loader_start: the iterator's start plus its first batch's wait
+    detail: str = ""
+    workers: int = 0  # loader_start: worker processes started
+    persistent: bool | None = None  # loader_start: the DataLoader's persistent_workers
+    start_method: str | None = None  # loader_start: multiprocessing start method
+    # loader_start under spawn/forkserver: the Dataset's pickled size (each worker unpickles it)
+    dataset_bytes: int | None = None
+
+
+class CompileEvent(msgspec.Struct, kw_only=True):
+    """One frame torch.compile (dynamo) compiled, from its compilation metrics."""
+
+    step: int  # the step in progress when it compiled (0: before the first step began)
+    frame: str  # the function compiled: ``name (file:line)``
+    seconds: float  # dynamo's whole-frame compile time
+    reason: str | None = None  # the guard that failed (a recompilation); None: the first
+    failed: str | None = None  # the compilation failed (dynamo's fail_type: fail_reason)
+
+
+class TensorHolder(msgspec.Struct, kw_only=True):
+    """A Python container that held live tensors between two steps (a gc census)."""
+
+    name: str  # ``losses (list) in train() at train.py:41``, or the container type
+    tensors: int
+    with_graph: int  # of them, tensors with a grad_fn: each keeps its step's autograd graph
+
+
+class TensorCensus(msgspec.Struct, kw_only=True):
+    """Live tensors at a step boundary, counted by the garbage collector's object list."""
+
+    step: int
+    tensors: int  # live torch.Tensor objects (parameters and their gradients included)
+    with_graph: int  # of them, with a grad_fn (non-leaf results of the autograd graph)
+    holders: list[TensorHolder] = []  # the containers holding most of them
+
+
+class StepTimeline(msgspec.Struct, kw_only=True):
+    """Every training step of one process, recorded without the profiler: a clock read and a
+    memory counter per step boundary, and what happened inside steps (capture/timeline.py)."""
+
+    end_s: list[float]  # each step's end, seconds from the bootstrap's start
+    memory_source: MemorySource | None = None  # None: no counter could be read
+    # at each step's end (the next step's start): CUDA allocated bytes, or the process's RSS
+    memory_bytes: list[int] = []
+    memory_first_step: int | None = None  # the step at whose end memory_bytes[0] was read
+    reserved_bytes: list[int] = []  # CUDA: the caching allocator's reserved bytes
+    capacity_bytes: int | None = None  # what the memory fills: the device, or the RAM limit
+    capacity_source: str | None = None
+    profiled: list[list[int]] = []  # [first, last] steps that ran under the profiler
+    events: list[RunEvent] = []
+    compiles: list[CompileEvent] = []
+    recompile_limit_hits: list[str] = []  # dynamo's warnings: frames that fell back to eager
+    census: list[TensorCensus] = []  # taken when the memory grew (at most two)
+    truncated_at: int | None = None  # recording stopped after this many steps
+
+
+class MemoryGrowth(msgspec.Struct, kw_only=True):
+    """Memory at step boundaries over the run, and whether it grows steadily."""
+
+    source: MemorySource
+    fitted_steps: int  # step boundaries in the fit (profiled steps left out on RSS)
+    first_step: int
+    last_step: int
+    bytes_per_step: float  # the fitted slope
+    stderr_bytes_per_step: float
+    start_bytes: int
+    end_bytes: int
+    steady: bool  # the slope is above noise, in both halves, and large enough to matter
+    capacity_bytes: int | None = None
+    capacity_source: str | None = None
+    full_at_step: int | None = None  # the step at which the memory is full at that rate
+    cause: GrowthCause = "not_assessed"
+    cause_detail: str = ""
+    holders: list[TensorHolder] = []
+    # CUDA: reserved / allocated at the last boundary (fragmentation when far above 1)
+    reserved_over_allocated: float | None = None
+    evidence: list[Evidence] = []
+
+
+class RecurringStall(msgspec.Struct, kw_only=True):
+    """Steps far above the run's median step, of one cause."""
+
+    cause: StallCause
+    steps: list[int]
+    period_steps: int | None  # None: fewer than 3 occurrences, or no regular spacing
+    median_step_ms: float  # the run's median step (profiled steps left out)
+    stall_ms_median: float  # the median of these steps
+    excess_s: float  # their time above the median step, summed
+    share_of_run: float  # excess_s over the run's wall time (first step to last)
+    detail: str  # what the evidence says about the cause
+    evidence: list[Evidence] = []
+
+
+class RecompileReason(msgspec.Struct, kw_only=True):
+    frame: str
+    reason: str
+    count: int
+
+
+class CompileRun(msgspec.Struct, kw_only=True):
+    """What torch.compile did over the run (dynamo's counters and compilation metrics)."""
+
+    compilations: int  # frames compiled, first compilations and recompilations
+    recompilations: int
+    seconds: float  # summed compile time
+    after_first_step_s: float  # of it, compile time in steps after the first (stalls)
+    share_of_run: float  # after_first_step_s over the run's wall time
+    reasons: list[RecompileReason] = []
+    graph_breaks: int = 0
+    graph_break_reasons: list[str] = []
+    limit_hits: list[str] = []  # frames that hit the recompile limit: they run eager now
+    changed_shapes: list[str] = []  # ops whose input shapes changed in the window
+
+
+class RunView(msgspec.Struct, kw_only=True):
+    """The whole run, not only the profiled window: its step timeline, memory that grows,
+    stalls that recur, compilation (diagnosis/run_view.py)."""
+
+    steps: int  # steps in the timeline
+    wall_s: float  # from the first step's end to the last's
+    median_step_ms: float  # profiled steps left out
+    first_step_s: float | None = None  # the bootstrap's start to the first step's end
+    memory_source: MemorySource | None = None
+    growth: MemoryGrowth | None = None
+    growth_not_assessed: str | None = None  # why not (too few steps, no counter)
+    stalls: list[RecurringStall] = []
+    compile: CompileRun | None = None
+    gaps: list[str] = []  # what the timeline lacks (a rank that stopped early, truncation)
+    # the steps' wall times and memory readings, decimated for the report's plot
+    plot_steps: list[int] = []
+    plot_step_ms: list[float] = []
+    plot_memory_bytes: list[int] = []
+    plot_reserved_bytes: list[int] = []
+
+
 class WindowCheck(msgspec.Struct, kw_only=True):
     """Was the profiled window steady state? Its host step times against a few unprofiled
     steps after it (``torchtriage run``)."""
@@ -423,6 +570,7 @@ class Diagnosis(JsonDocument, msgspec.Struct, kw_only=True):
     superseded_windows: list[WindowCheck] = []  # earlier windows that were not, profiled again
     data_quality: list[DataQualityIssue] = []  # impossible timings dropped or clamped
     skipped: list[SkippedFile] = []  # other files at the path that could not be diagnosed
+    run: RunView | None = None  # the whole run (torchtriage run's step timeline)
 
     @property
     def rank_diagnoses(self) -> list[Diagnosis]:

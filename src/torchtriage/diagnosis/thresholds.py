@@ -416,6 +416,69 @@ TIMING_DAMAGE_REFUSE = Threshold(
     "confidence_high_margin); with a tenth of the events unusable, the time they held can "
     "move the leading layers by more than the medium band, so a verdict would be a guess",
 )
+GROWTH_MIN_STEPS = Threshold(
+    "growth_min_steps", 10, "step boundaries",
+    "memory readings a growth slope is fitted over at the least; a shorter run is said to be "
+    "too short to tell",
+    "torchtriage issue #33: a fitted slope over at least 10 steps",
+)
+GROWTH_SKIP_STEPS = Threshold(
+    "growth_skip_steps", 3, "steps",
+    "first step boundaries left out of the growth fit: the optimizer's state, the gradients "
+    "and the allocator's first segments are created there",
+    "torchtriage default: Adam's state and .grad exist after the first optimizer step; the "
+    "second and third steps settle the caching allocator",
+)
+GROWTH_T = Threshold(
+    "growth_t", 5.0, "standard errors",
+    "a memory slope counts as growth when it is at least this many standard errors above zero",
+    "torchtriage default: a 5-sigma slope is not the allocator's step-to-step noise",
+)
+GROWTH_HALF_SHARE = Threshold(
+    "growth_half_share", 0.3, "fraction of the whole slope",
+    "the slope over each half of the readings must reach this fraction of the whole run's: "
+    "growth that holds over the run, not one jump (an evaluation's buffers, a cache filled once)",
+    "torchtriage default",
+)
+GROWTH_MIN_BYTES = Threshold(
+    "growth_min_bytes", 4 * 2**20, "bytes over the fitted steps",
+    "growth smaller than this over the fitted steps is not reported (a few scalars kept)",
+    "torchtriage default: 4 MiB, above glibc malloc's RSS granularity (its 128 KiB mmap "
+    "threshold, arenas of 64 MiB reserved but touched page by page)",
+)
+STALL_RATIO = Threshold(
+    "stall_ratio", 2.0, "times the median step",
+    "a step that takes more than this many times the run's median step (and stall_min_ms more) "
+    "stalls",
+    "torchtriage default: twice the median is outside any DataLoader jitter seen in the "
+    "realistic corpus (benchmarks/realworld)",
+)
+STALL_MIN_MS = Threshold(
+    "stall_min_ms", 20.0, "ms above the median step",
+    "a stall takes at least this much more than the median step",
+    "torchtriage default: below it a periodic step costs less than 2% at 1 s per epoch",
+)
+STALL_PERIOD_TOLERANCE = Threshold(
+    "stall_period_tolerance", 0.1, "fraction of the period",
+    "stalls recur at a period when two thirds of the gaps between them are within one step or "
+    "this fraction of their median gap",
+    "torchtriage default: epochs of equal length, intervals counted in steps",
+)
+RUN_STALL_SIGNIFICANT = Threshold(
+    "run_stall_significant", 0.10, "share of the run's wall time",
+    "recurring stalls of one cause costing this share of the whole run make the cause's layer "
+    "primary, whatever the profiled window's shares (the window's steps do not contain them)",
+    "torchtriage default: as communication_significant; a gain of a tenth of the run beats "
+    "most fixes a window between stalls can show",
+)
+RECOMPILE_SIGNIFICANT = Threshold(
+    "recompile_significant", 0.05, "share of the run's wall time",
+    "torch.compile time after the first step at which recompilation is a finding with its "
+    "prescriptions",
+    "torchtriage default: as data_loading_significant",
+)
+
+
 ALL: tuple[Threshold, ...] = (
     WINDOW_DRIFT,
     WINDOW_CHECK_STEPS,
@@ -465,4 +528,14 @@ ALL: tuple[Threshold, ...] = (
     MIN_STEPS_FOR_CONFIDENCE,
     TIMING_DAMAGE_LOWER,
     TIMING_DAMAGE_REFUSE,
+    GROWTH_MIN_STEPS,
+    GROWTH_SKIP_STEPS,
+    GROWTH_T,
+    GROWTH_HALF_SHARE,
+    GROWTH_MIN_BYTES,
+    STALL_RATIO,
+    STALL_MIN_MS,
+    STALL_PERIOD_TOLERANCE,
+    RUN_STALL_SIGNIFICANT,
+    RECOMPILE_SIGNIFICANT,
 )

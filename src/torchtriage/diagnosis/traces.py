@@ -33,6 +33,7 @@ from torchtriage.analysis.steps import find_steps
 from torchtriage.diagnosis.diagnose import diagnose
 from torchtriage.diagnosis.job import JobDiagnosis, diagnose_job
 from torchtriage.diagnosis.result import Diagnosis, OutOfMemory, SkippedFile, WindowCheck
+from torchtriage.diagnosis.run_view import RunInputs
 from torchtriage.errors import TraceError
 from torchtriage.trace.discover import find_trace_files, rank_of_trace_file
 from torchtriage.trace.ingest import MEMORY_LIMIT_ENV, default_memory_limit, load_trace
@@ -58,6 +59,8 @@ class DiagnoseOptions(msgspec.Struct, frozen=True):
         machine: per rank, the machine samples ``torchtriage run`` recorded.
         out_of_memory: per rank, the out-of-memory error the run raised (its figures).
         windows: per rank, ``torchtriage run``'s checks of its profiled windows.
+        runs: per rank, the run record's step timeline and what goes with it (the whole-run
+            view, diagnosis/run_view.py).
         workers: processes for several traces (default: one per core, at most one per trace
             and one per :data:`JSON_PER_WORKER` of JSON); 1: this process only, a single
             trace's load included.
@@ -71,6 +74,7 @@ class DiagnoseOptions(msgspec.Struct, frozen=True):
     machine: Mapping[int, Any] | None = None
     out_of_memory: Mapping[int, OutOfMemory] | None = None
     windows: Mapping[int, list[WindowCheck]] | None = None
+    runs: Mapping[int, RunInputs] | None = None
     workers: int | None = None
     strict: bool = False
 
@@ -270,7 +274,8 @@ def _diagnose_file(path: Path, options: DiagnoseOptions, memory_limit: int | Non
     report = options.out_of_memory.get(rank) if options.out_of_memory else None
     diagnosis = diagnose(trace, device_memory=options.device_memory, oom=options.oom,
                          top=options.top, machine=machine, out_of_memory=report,
-                         windows=options.windows.get(rank) if options.windows else None)
+                         windows=options.windows.get(rank) if options.windows else None,
+                         run=options.runs.get(rank) if options.runs else None)
     return diagnosis, (_detail(trace) if detail else None)
 
 

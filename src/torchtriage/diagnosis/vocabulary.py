@@ -17,7 +17,16 @@ TraceMode = Literal["gpu", "cpu"]
 # non-compute layer at its significance threshold; kernel when none reaches it.
 PrimaryRuleBranch = Literal["out_of_memory", "memory_near_capacity", "contended_compute",
                             "loader_outpaced", "compute_bound", "largest_significant",
-                            "none_significant"]
+                            "none_significant", "recurring_stall"]
+# The whole run (capture/timeline.py, diagnosis/run_view.py): what the per-step memory
+# reading is, what the training process saw happen inside a step, what a recurring stall is
+# attributed to, and what retains memory that grows.
+MemorySource = Literal["cuda_allocator", "process_heap", "process_rss"]
+RunEventKind = Literal["loader_start", "evaluation", "checkpoint"]
+StallCause = Literal["dataloader_restart", "evaluation", "checkpoint", "compilation",
+                     "unexplained"]
+GrowthCause = Literal["autograd_graph_retained", "tensors_retained", "outside_python_tensors",
+                      "not_assessed"]
 # Impossible timings found in a trace (trace/quality.py; zero-length steps: analysis/steps.py)
 # and what was done with them.
 DataQualityKind = Literal["missing_ts", "negative_duration", "duration_past_span", "duplicate",

@@ -39,6 +39,7 @@ class Context:
     nccl: bool = False
     workers_hint: int | None = None  # DataLoader workers the trace says hide loading
     multi_tensor_optimizer: bool = False  # the trace's optimizer runs aten::_foreach_* ops
+    script_workers: int = 0  # DataLoader workers the script itself used (its run record)
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ class Search:
 
 def met(needs: Condition, ctx: Context) -> bool:
     """Whether a search's condition holds (one entry per registry Condition)."""
-    return {"gpu": ctx.gpu, "workers": bool(ctx.kept.get("dataloader.num_workers")),
+    return {"gpu": ctx.gpu, "workers": bool(ctx.kept.get("dataloader.num_workers")
+                                                  or ctx.script_workers),
             "distributed": ctx.distributed,
             "per_parameter_optimizer": not ctx.multi_tensor_optimizer}[needs]
 
@@ -98,4 +100,4 @@ def machine_context(kept: dict[str, Any], diagnosis: Any, loader_workers: int = 
     multi = any(e.metric == MULTI_TENSOR_OPS and e.value for e in (host.evidence if host else ()))
     return Context(gpu=diagnosis.trace.mode == "gpu", cores=cores, kept=kept,
                    distributed=world > 1, nccl=nccl, workers_hint=hint,
-                   multi_tensor_optimizer=multi)
+                   multi_tensor_optimizer=multi, script_workers=loader_workers)

@@ -26,6 +26,13 @@ from torchtriage.diagnosis.catalog import CATALOG, remedies_for
 from torchtriage.results.fix import Attempt, FixStep
 from torchtriage.verify.parity import check_parity
 
+# memory prescriptions that are not rungs: the ladder fits a batch that is too big; these fix
+# something else
+NOT_RUNGS: dict[str, str] = {
+    "memory.fix_leak": "memory that grows over the run is a leak, fixed in the script; a rung "
+                       "would only postpone its out-of-memory error",
+}
+
 
 def rungs() -> tuple[tuple[str, tuple[dict[str, Any], ...] | None], ...]:
     """The ladder, from the knob registry: the catalog's memory prescriptions in cost order that
@@ -37,7 +44,7 @@ def rungs() -> tuple[tuple[str, tuple[dict[str, Any], ...] | None], ...]:
         if remedy.id in injected:
             knob, rung = injected[remedy.id]
             out.append((remedy.id, tuple({knob.id: v} for v in rung.values)))
-        elif remedy.id in registry.CODE_CHANGES:
+        elif remedy.id in registry.CODE_CHANGES and remedy.id not in NOT_RUNGS:
             out.append((remedy.id, None))
     return tuple(out)
 

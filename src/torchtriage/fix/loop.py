@@ -45,9 +45,7 @@ import msgspec
 from torchtriage.capture import interrupt
 from torchtriage.capture.rundir import claim_run_dir
 from torchtriage.capture.runner import full_disk_reason, run_command, write_diagnosis
-from torchtriage.diagnosis.job import JobDiagnosis
-from torchtriage.diagnosis.knobs import served
-from torchtriage.diagnosis.result import Diagnosis, OutOfMemory
+from torchtriage.diagnosis.result import OutOfMemory
 from torchtriage.diagnosis.thresholds import WINDOW_DRIFT, window_holds
 from torchtriage.diagnosis.vocabulary import LAYERS, Layer
 from torchtriage.errors import TorchtriageError
@@ -55,6 +53,7 @@ from torchtriage.fix import ladder
 from torchtriage.fix.budget import COMPILE_ESTIMATE_S, FINAL_FRESH, Budget, trial_estimate
 from torchtriage.fix.candidates import NOT_INJECTED, machine_context, search_for
 from torchtriage.fix.patch import make_patch
+from torchtriage.fix.reading import leak_of, representative, searches_workers, stall_period
 from torchtriage.report.fix_view import fix_markdown
 from torchtriage.results.ab import ABResult, Trial
 from torchtriage.results.fix import Attempt, FixResult, FixStep, Profiled
@@ -65,6 +64,9 @@ from torchtriage.verify.settings import TrialSettings
 logger = logging.getLogger(__name__)
 # a `no_change` A/B whose speedup is at least 1 + this x min_effect gets a second look
 PROMISING = 5
+# the first profile runs at least this many steps (the window is over by then in most runs),
+# so that its step timeline shows memory growth and recurring stalls; its timeout bounds it
+OBSERVE_STEPS = 60
 Progress = Callable[[str, int, int, Trial | None], None]
 
 
@@ -175,6 +177,8 @@ class _Loop:
         self.profile_outcomes: dict[str, dict[str, KnobOutcome]] = {}
         self.skip = 0  # steps before the profile window (set once the trials disagree)
         self.reprofile = False  # a profile round disagreed with its trials: profile again
+        self.period = 0  # a recurring stall's period (steps): A/B trials measure whole ones
+        self.leak_noted = False
 
     # --- profiling ----------------------------------------------------------------------
 
@@ -187,10 +191,11 @@ class _Loop:
         self._say(f"profiling ({label})")
         start = time.monotonic()
         device_memory = self.settings.device_memory
+        first = not self.rounds  # the original's: bounded by the budget too
         config = RunConfig(out=str(run_dir), knobs=knobs, stop_after_window=True,
                            device_memory=device_memory, skip=self.skip,
-                           worker_seed_offset=seed_offset)
-        first = not self.rounds  # the original's: bounded by the budget too
+                           worker_seed_offset=seed_offset,
+                           observe_steps=OBSERVE_STEPS if first else 0)
         timeout = (self.budget.first_profile_timeout(self.settings.trial.timeout) if first
                    else self.settings.trial.timeout)
         result = run_command(self.command, config, timeout=timeout, log=run_dir / "output.log")
@@ -207,7 +212,7 @@ class _Loop:
         self.loader_workers = max((r.loader_workers for r in result.records), default=0)
         self.loader_batches = max((r.loader_batches for r in result.records), default=None)
         write_diagnosis(result, device_memory)  # None without a trace, unless it ran out
-        return _representative(result.diagnosis), losses, oom, outcomes
+        return representative(result.diagnosis), losses, oom, outcomes
 
     def _round(self, diagnosis, knobs: dict[str, Any], label: str) -> None:
         self.rounds.append(Profiled(
@@ -235,10 +240,20 @@ class _Loop:
                                    f"there is nothing to fix (its output: {log})")
         self._round(diagnosis, {}, "original")
         self.original_oom = diagnosis.out_of_memory
+        self.period = stall_period(diagnosis)
+        leak = leak_of(diagnosis)
         original_losses = losses
         stopped = ""
         while not stopped:
             if (diagnosis.primary == "memory" and "memory" in (self.settings.layers or LAYERS)
+                    and leak is not None and not self.leak_noted):
+                # memory that grows over the run: no rung is tried (it would only postpone
+                # the error past a short trial); the leak's fix is the user's code change
+                self.leak_noted = True
+                self._say(f"memory grows by {leak.bytes_per_step / 2**20:.2f} MiB per step: a "
+                          "leak; the memory ladder is not tried", lasting=True)
+            elif (diagnosis.primary == "memory"
+                    and "memory" in (self.settings.layers or LAYERS)
                     and any(self.settings.allows(rung) for rung, _ in ladder.rungs())):
                 steps, rung, after = ladder.climb(self.profile, self.kept, len(self.rounds) - 1,
                                                   diagnosis, original_losses,
@@ -307,7 +322,7 @@ class _Loop:
         if last is None:
             return True
         times, kept_then, verdict = last
-        resumes = verdict == "faster" and _searches_workers(prescription)
+        resumes = verdict == "faster" and searches_workers(prescription)
         return times < 2 and (verdict == "no_change" or resumes) and kept_then != self.kept
 
     def _try(self, prescription, layer: str, diagnosis) -> str:
@@ -342,7 +357,7 @@ class _Loop:
             return "skipped", None
         kept = self.kept.get(search.knob)
         values = [v for v in search.values if kept != v]
-        if _searches_workers(search.prescription) and isinstance(kept, int):
+        if searches_workers(search.prescription) and isinstance(kept, int):
             # a resumed worker search goes on up: fewer workers than the kept value was
             # measured slower already (it cost an A/B per fix run that said just that)
             values = [v for v in values if isinstance(v, int) and v > kept]
@@ -404,7 +419,10 @@ class _Loop:
                     ) if self.progress else None
         if prior is None and self.incumbent:
             prior = {"A": self.incumbent}
-        ab = run_ab(self.command, ab_dir, settings or self.settings.trial, knobs=knobs,
+        settings = settings or self.settings.trial
+        if self.period and not settings.period_steps:
+            settings = dataclasses.replace(settings, period_steps=self.period)
+        ab = run_ab(self.command, ab_dir, settings, knobs=knobs,
                     baseline_knobs=self.kept, adaptive=True, progress=progress, prior=prior,
                     min_fresh=min_fresh, deadline=self.budget.start + self.budget.seconds,
                     on_trial=self._on_trial(ab_dir))
@@ -528,22 +546,6 @@ class _Loop:
             logger.info("%s", text)
         if self.progress:
             self.progress(text, 0, -1 if lasting else 0, None)
-
-
-def _searches_workers(prescription: str) -> bool:
-    found = served(prescription)
-    return found is not None and found[1].rule == "workers"
-
-
-def _representative(doc: Diagnosis | JobDiagnosis | None) -> Diagnosis | None:
-    """One diagnosis to act on: the only one, or for several ranks the job's primary layer
-    as seen by a rank that has it (its prescriptions are that layer's)."""
-    if not isinstance(doc, JobDiagnosis):
-        return doc
-    ranks = doc.rank_diagnoses
-    if doc.straggler is not None:
-        return next(d for d in ranks if (d.trace.rank or 0) == doc.straggler.rank)
-    return next((d for d in ranks if d.primary == doc.primary), ranks[0])
 
 
 def _attempt(value: Any, ab: ABResult) -> Attempt:

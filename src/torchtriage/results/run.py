@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from torchtriage.diagnosis.result import MachineInfo, OutOfMemory, WindowCheck
+from torchtriage.diagnosis.result import MachineInfo, OutOfMemory, StepTimeline, WindowCheck
 from torchtriage.document import JsonDocument
 
 SCHEMA = "torchtriage.run/1"
@@ -88,6 +88,11 @@ class RunConfig(JsonDocument, msgspec.Struct, kw_only=True):
     # added to every DataLoader iterator's worker base seed (each worker seeds base + its id):
     # A/B trials of a knob that moves random draws into workers measure the spread this causes
     worker_seed_offset: int = 0
+    # timing mode: the measured steps are a whole multiple of this (0: any number)
+    timing_period: int = 0
+    # profile mode with stop_after_window: run at least this many steps before stopping, so
+    # that the step timeline sees the run's memory growth and recurring stalls
+    observe_steps: int = 0
     # profile mode: stop the script once the (final) window is profiled and checked
     stop_after_window: bool = False
     # profile mode: the cost guard's budget of recorded events (None: the default,
@@ -167,6 +172,8 @@ class RunRecord(JsonDocument, msgspec.Struct, kw_only=True):
     loader_queue: int = 0  # the most batches a DataLoader had in flight
     loader_workers: int = 0  # the most worker processes a DataLoader used
     loader_batches: int = 0  # batches fetched from any DataLoader
+    # every step of the run: its end, memory at its boundary, what happened inside steps
+    timeline: StepTimeline | None = None
 
     @property
     def loss_values(self) -> list[float]:

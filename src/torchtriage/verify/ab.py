@@ -276,9 +276,12 @@ def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], ou
     start = time.perf_counter()
     left = deadline - time.monotonic() if deadline is not None else None
     by_budget = left is not None and (timeout is None or left < timeout)
-    config = RunConfig(out=str(trial_dir), knobs=knobs, max_steps=warmup + settings.steps,
+    steps, period = settings.steps, settings.period_steps
+    if period > 0:  # whole periods: both arms measure the stalls the run has
+        steps = max(-(-steps // period), 1) * period
+    config = RunConfig(out=str(trial_dir), knobs=knobs, max_steps=warmup + steps,
                        mode="time", timing_warmup=warmup, timing_min_s=settings.min_measure_s,
-                       worker_seed_offset=seed_offset)
+                       worker_seed_offset=seed_offset, timing_period=period)
     result = run_command(command, config, timeout=max(left, 1.0) if by_budget else timeout,
                          log=trial_dir / "output.log")
     if result.interrupted is not None:  # stopped by a signal to torchtriage: not a trial

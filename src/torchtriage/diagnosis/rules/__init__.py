@@ -30,6 +30,7 @@ from torchtriage.diagnosis.rules.memory import (
     ladder_remedies,
     out_of_memory_evidence,
 )
+from torchtriage.diagnosis.rules.run import LoaderRestartRule, PeriodicWorkRule, RecompileRule
 
 RULES: tuple[Rule, ...] = (
     MemoryRule(),
@@ -37,6 +38,9 @@ RULES: tuple[Rule, ...] = (
     HostRule(),
     KernelRule(),
     CommunicationRule(),
+    LoaderRestartRule(),
+    PeriodicWorkRule(),
+    RecompileRule(),
 )
 
 __all__ = ["RULES", "DeviceEvidence", "Facts", "Rule", "Verdict", "ladder_remedies",

@@ -28,7 +28,7 @@ from torchtriage.analysis.utilization import ClassTime
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import Remedy
 from torchtriage.diagnosis.overhead import ProfilerOverhead
-from torchtriage.diagnosis.result import Evidence, Finding, MachineInfo, OutOfMemory
+from torchtriage.diagnosis.result import Evidence, Finding, MachineInfo, OutOfMemory, RunView
 from torchtriage.diagnosis.vocabulary import Layer
 from torchtriage.trace.model import Trace
 
@@ -73,6 +73,9 @@ class Facts(msgspec.Struct):
     # host time the profiler added, taken out of layer_us["host"] and of wall_us
     # (diagnosis/overhead.py); None when nothing was removed
     profiler_overhead: ProfilerOverhead | None = None
+    # the whole run from torchtriage run's step timeline (diagnosis/run_view.py); None for a
+    # trace alone
+    run: RunView | None = None
 
     @property
     def gpu(self) -> bool:

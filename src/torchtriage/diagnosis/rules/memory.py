@@ -16,13 +16,22 @@ class MemoryRule:
     (live tensors) reaches ``memory_near_capacity`` of its known capacity; then the memory
     ladder is prescribed, cheapest rung first. A large reserved cache (``fragmentation_min_
     reserved`` of capacity) with ``memory_fragmentation`` of it idle at the allocated peak adds
-    expandable segments. Capacity unknown: an info finding, no judgement."""
+    expandable segments. Capacity unknown: an info finding, no judgement.
+
+    Over the run (``torchtriage run``'s step timeline, diagnosis/run_view.py): memory that grows
+    steadily at step boundaries is a leak, whatever the batch: ``memory.fix_leak`` is
+    prescribed with the growth's figures and cause, and the ladder is withheld (its rungs only
+    postpone the out-of-memory error, past a short trial). Growth without an error or a peak
+    near capacity does not make memory primary; it is listed with the predicted step at which
+    memory is full."""
 
     layer: Layer = "memory"
     prescribes = ("memory.expandable_segments", "memory.grad_accumulation",
-                  "memory.activation_checkpointing", "memory.bf16", "memory.fsdp")
+                  "memory.activation_checkpointing", "memory.bf16", "memory.fsdp",
+                  "memory.fix_leak")
     thresholds = (th.MEMORY_NEAR_CAPACITY, th.MEMORY_FRAGMENTATION,
-                  th.FRAGMENTATION_MIN_RESERVED)
+                  th.FRAGMENTATION_MIN_RESERVED, th.GROWTH_MIN_STEPS, th.GROWTH_SKIP_STEPS,
+                  th.GROWTH_T, th.GROWTH_HALF_SHARE, th.GROWTH_MIN_BYTES)
 
     def judge(self, f: Facts) -> Verdict:
         return _memory(f)
@@ -60,10 +69,66 @@ def _memory(f: Facts) -> Verdict:
             id="memory.capacity_unknown", severity="info", layer="memory",
             message="Device capacity unknown (no deviceProperties): memory pressure not "
                     "assessed. Pass --device-memory to set it."))
+    growth = f.run.growth if f.run is not None else None
+    leak = growth is not None and growth.steady
+    if leak:
+        growth_verdict(v, growth, out_of_memory=fired)
     if fired:
-        v.remedies.extend(ladder_remedies())
+        if leak:
+            for remedy, _ in ladder_remedies():
+                v.withheld.append((remedy, leak_withholds(growth), list(growth.evidence)))
+        else:
+            v.remedies.extend(ladder_remedies())
     v.decides_primary = fired
     return v
+
+
+def leak_withholds(growth) -> str:
+    return (f"memory grows by {_size(growth.bytes_per_step)} per step over the run: a leak, "
+            "which a smaller footprint per step only postpones")
+
+
+def growth_verdict(v: Verdict, growth, *, out_of_memory: bool) -> None:
+    """The finding and remedy of memory that grows steadily over the run."""
+    v.evidence.extend(growth.evidence)
+    v.evidence.append(Evidence(metric="memory_growth_bytes_per_step",
+                               value=growth.bytes_per_step, unit=f"bytes ({growth.source})"))
+    if growth.full_at_step is not None:
+        v.evidence.append(Evidence(metric="memory_full_at_step", value=growth.full_at_step,
+                                   unit=f"step ({growth.capacity_source})"))
+    full = (f"; at that rate the {_what(growth)} is full at step {growth.full_at_step}"
+            if growth.full_at_step is not None else "")
+    oom = " The out-of-memory error follows from it: a leak, not a batch too big." \
+        if out_of_memory else ""
+    cause = f" Cause: {growth.cause_detail}." if growth.cause_detail else ""
+    v.findings.append(Finding(
+        id="memory.growth", severity="critical" if out_of_memory or full else "warning",
+        layer="memory",
+        message=f"Memory grows steadily over the run: {_size(growth.bytes_per_step)} per step "
+                f"({_label(growth.source)}, steps {growth.first_step}-{growth.last_step}, "
+                f"{_size(growth.start_bytes)} -> {_size(growth.end_bytes)}){full}.{oom}{cause}",
+        evidence=list(growth.evidence)))
+    held = growth.holders[0].name if growth.holders else "the list or dict that keeps them"
+    v.remedies.append((BY_ID["memory.fix_leak"],
+                       f"{_size(growth.bytes_per_step)} per step kept across steps "
+                       f"({growth.cause.replace('_', ' ')}; held by {held})"))
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _label(source: str) -> str:
+    return {"cuda_allocator": "CUDA allocated memory at step boundaries",
+            "process_heap": "the process's malloc heap in use, CPU",
+            "process_rss": "the process's resident set size, CPU"}.get(source, source)
+
+
+def _what(growth) -> str:
+    return "device" if growth.source == "cuda_allocator" else "memory limit"
 
 
 def peak_fraction_evidence(peak: DeviceMemory, capacity: int, source: str | None) -> Evidence:

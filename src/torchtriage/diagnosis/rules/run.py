@@ -1,0 +1,150 @@
+"""Rules over the whole run (``torchtriage run``'s step timeline, diagnosis/run_view.py): the
+stalls that recur and what torch.compile did. The profiled window sits between stalls, so
+these rules read the run's figures, not the window's shares."""
+
+from __future__ import annotations
+
+from torchtriage.diagnosis import thresholds as th
+from torchtriage.diagnosis.catalog import BY_ID
+from torchtriage.diagnosis.result import Evidence, Finding, RecurringStall
+from torchtriage.diagnosis.rules.base import Facts, Verdict
+from torchtriage.diagnosis.vocabulary import Layer, StallCause
+
+# the layer a recurring stall's cause belongs to (the primary rule's recurring_stall branch)
+STALL_LAYER: dict[StallCause, Layer] = {
+    "dataloader_restart": "data_loading", "evaluation": "host", "checkpoint": "host",
+    "compilation": "host", "unexplained": "host",
+}
+_STALL_REMEDY: dict[StallCause, str] = {
+    "dataloader_restart": "dataloader.persistent_workers", "evaluation": "eval.interval",
+    "checkpoint": "checkpoint.async",
+}
+
+
+def stall_finding(stall: RecurringStall) -> Finding:
+    every = (f"every {stall.period_steps} steps" if stall.period_steps else
+             f"{len(stall.steps)} times")
+    listed = ", ".join(str(n) for n in stall.steps[:6]) + ("..." if len(stall.steps) > 6 else "")
+    return Finding(
+        id=f"run.stall.{stall.cause}",
+        severity="warning" if stall.share_of_run >= th.RUN_STALL_SIGNIFICANT.value else "info",
+        layer=STALL_LAYER[stall.cause],
+        message=f"Steps stall {every} (steps {listed}): {stall.stall_ms_median:.0f} ms against "
+                f"a median step of {stall.median_step_ms:.1f} ms, {stall.excess_s:.2f} s in "
+                f"all, {stall.share_of_run:.1%} of the run's wall time. Cause "
+                f"({stall.cause.replace('_', ' ')}): {stall.detail}.",
+        evidence=list(stall.evidence))
+
+
+class _StallRule:
+    causes: tuple[StallCause, ...] = ()
+
+    def judge(self, f: Facts) -> Verdict:
+        v = Verdict()
+        if f.run is None:
+            return v
+        for stall in f.run.stalls:
+            if stall.cause not in self.causes:
+                continue
+            v.evidence.extend(stall.evidence)
+            v.findings.append(stall_finding(stall))
+            remedy = _STALL_REMEDY.get(stall.cause)
+            if remedy is None:
+                continue
+            reason = (f"{stall.share_of_run:.1%} of the run's wall time in stalls "
+                      + (f"every {stall.period_steps} steps" if stall.period_steps else
+                         f"at {len(stall.steps)} steps") + f" ({stall.cause.replace('_', ' ')})")
+            if stall.cause == "dataloader_restart" and "persistent_workers=True" in stall.detail:
+                v.withheld.append((BY_ID[remedy], "the DataLoader is persistent already: it is "
+                                   "built again each epoch (build it once)",
+                                   list(stall.evidence)))
+                continue
+            v.remedies.append((BY_ID[remedy], reason))
+        return v
+
+
+class LoaderRestartRule(_StallRule):
+    """Over the run, steps that stall when a DataLoader starts its worker processes again
+    (each epoch without ``persistent_workers``; slower under ``spawn`` and with a large Dataset
+    pickled into every worker), at least twice: a finding with their period and share of the
+    run's wall time (compared with ``run_stall_significant``), and ``persistent_workers`` (held
+    back when the DataLoader is persistent already but built again)."""
+
+    layer: Layer = "data_loading"
+    prescribes = ("dataloader.persistent_workers",)
+    thresholds = (th.STALL_RATIO, th.STALL_MIN_MS, th.STALL_PERIOD_TOLERANCE,
+                  th.RUN_STALL_SIGNIFICANT)
+    causes = ("dataloader_restart",)
+
+
+class PeriodicWorkRule(_StallRule):
+    """Over the run, steps that stall at least twice for an evaluation pass, a
+    ``torch.save`` or nothing the training process saw (logging, metrics): a finding each, with
+    period and share of the run's wall time; evaluating less often (or on fewer batches) and
+    saving checkpoints asynchronously are prescribed for the first two."""
+
+    layer: Layer = "host"
+    prescribes = ("eval.interval", "checkpoint.async")
+    thresholds = (th.STALL_RATIO, th.STALL_MIN_MS, th.STALL_PERIOD_TOLERANCE,
+                  th.RUN_STALL_SIGNIFICANT)
+    causes = ("evaluation", "checkpoint", "unexplained")
+
+
+class RecompileRule:
+    """torch.compile over the run: frames compiled, recompilations with their guard failures,
+    frames that hit the recompile limit and run eager, graph breaks. An info finding whenever
+    dynamo compiled; a warning with prescriptions when compile time after the first step
+    reaches ``recompile_significant`` of the run's wall time, or a frame hit the limit:
+    ``compile.dynamic`` when a guard failed on a size (or shapes changed in the window), padding
+    to a few lengths, raising the limit when frames hit it; removing graph breaks when there
+    are any."""
+
+    layer: Layer = "host"
+    prescribes = ("compile.dynamic", "compile.pad_buckets", "compile.recompile_limit",
+                  "compile.remove_graph_break")
+    thresholds = (th.RECOMPILE_SIGNIFICANT,)
+
+    def judge(self, f: Facts) -> Verdict:
+        v = Verdict()
+        c = f.run.compile if f.run is not None else None
+        if c is None:
+            return v
+        share = Evidence(metric="recompile_share_of_run", value=c.share_of_run,
+                         unit="share of the run's wall time compiling after the first step",
+                         threshold=th.RECOMPILE_SIGNIFICANT.value, comparison=">=",
+                         fired=c.share_of_run >= th.RECOMPILE_SIGNIFICANT.value,
+                         source=th.RECOMPILE_SIGNIFICANT.source)
+        v.evidence.append(share)
+        reasons = "; ".join(f"{r.count}x {r.frame}: {r.reason}" for r in c.reasons[:3])
+        limit = (f" {len(c.limit_hits)} frame(s) hit the recompile limit and run eager from "
+                 f"then on ({c.limit_hits[0]})." if c.limit_hits else "")
+        breaks = f" {c.graph_breaks} graph break(s)." if c.graph_breaks else ""
+        serious = share.fired or bool(c.limit_hits)
+        v.findings.append(Finding(
+            id="run.compile", severity="warning" if serious else "info", layer="host",
+            message=f"torch.compile compiled {c.compilations} frame(s), {c.recompilations} of "
+                    f"them recompilations, {c.seconds:.1f} s in all ({c.after_first_step_s:.1f} "
+                    f"s after the first step, {c.share_of_run:.1%} of the run)."
+                    + (f" Recompiled because: {reasons}." if reasons else "") + limit + breaks,
+            evidence=[share]))
+        if not serious:
+            return v
+        sizes = any("size" in r.reason or "stride" in r.reason for r in c.reasons) \
+            or bool(c.changed_shapes)
+        gain = f"{c.share_of_run:.1%} of the run compiling"
+        if sizes:
+            v.remedies.append((BY_ID["compile.dynamic"],
+                               f"guards failed on input sizes: {gain}"
+                               + (", and frames past the recompile limit run eager"
+                                  if c.limit_hits else "")))
+            v.remedies.append((BY_ID["compile.pad_buckets"],
+                               "a few fixed lengths compile once each, even without dynamic "
+                               "shapes"))
+        if c.limit_hits:
+            v.remedies.append((BY_ID["compile.recompile_limit"],
+                               f"{len(c.limit_hits)} frame(s) fell back to eager at the limit"))
+        if c.graph_breaks:
+            v.remedies.append((BY_ID["compile.remove_graph_break"],
+                               f"{c.graph_breaks} graph break(s): "
+                               + "; ".join(c.graph_break_reasons[:2])))
+        return v
