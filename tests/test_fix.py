@@ -566,7 +566,7 @@ def test_the_summary_never_calls_an_unconfirmed_final_configuration_faster(verdi
     """Seen on word_language_model: compile won its own A/B (6.62x [1.53-22.81] on a busy
     machine) and the final A/B against the original said 0.49x, no_change; the summary read
     "0.49x faster than the original"."""
-    from torchtriage.fix.loop import _summary
+    from torchtriage.fix.summary import fix_summary as _summary
     from torchtriage.results.fix import FixResult
 
     r = FixResult(summary="", command=["python", "main.py"],

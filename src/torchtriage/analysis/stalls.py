@@ -8,7 +8,8 @@ more than ``ratio`` times the median and at least ``min_excess_ms`` more than it
 fast loop's jitter is not a stall, nor is a slow loop's few milliseconds). Stalls of one kind
 recur at a period when there are at least three and the gaps between consecutive ones agree
 with their median gap within one step or ``period_tolerance`` of it (the most common spacing,
-such as every epoch's first step, every eval interval). Each stall's excess is its time above
+such as every epoch's first step, every eval interval), and that gap is at least 2 (stalls in
+consecutive steps are a slowdown, not a period). Each stall's excess is its time above
 the median; their sum over the run's wall time is what removing them would give back.
 """
 
@@ -51,7 +52,7 @@ def period(steps: Sequence[int], *, tolerance: float) -> int | None:
     typical = statistics.median(gaps)
     slack = max(1.0, tolerance * typical)
     agree = sum(abs(g - typical) <= slack for g in gaps)
-    return round(typical) if agree * 3 >= 2 * len(gaps) and typical >= 1 else None
+    return round(typical) if agree * 3 >= 2 * len(gaps) and typical >= 2 else None
 
 
 def excess_ms(step_ms: Sequence[float], median_ms: float) -> float:

@@ -139,7 +139,8 @@ class AutoRun:
         register_optimizer_step_post_hook(self._on_optimizer_step)
         self.signals.install(torch)
         self.signals.after_backward = self._on_backward
-        self.timeline.install(torch)
+        if self.config.timeline:
+            self.timeline.install(torch)
         if not self.timing:
             self.dataset.install()
         from torchtriage.capture import knob_apply
@@ -230,7 +231,8 @@ class AutoRun:
                 stop = self.profiling.step_ended(steps, may_start) \
                     and steps >= self.config.observe_steps
                 self._profiler_was_on = on or self._profiler_on()
-            self.timeline.step_ended(steps, profiled)
+            if self.config.timeline:
+                self.timeline.step_ended(steps, profiled)
         if stop or (self.max_steps and steps >= self.max_steps):
             self.finish()
             raise SystemExit(0)
@@ -290,11 +292,14 @@ class AutoRun:
         extra = record_fields(self.rank, self.config.mode, self.clock, self.detector,
                               self.signals, self.host)
         extra["windows"] = list(self.profiling.checks)
-        extra["timeline"] = self.timeline.record(self.clock.ends, self.config.device_memory)
-        extra["machine"] = self.profiling.stop_sampling()
         failed = exc is not None and not (isinstance(exc, SystemExit) and not exc.code)
-        extra["exit_exception"] = f"{type(exc).__name__}: {exc}" if failed else None
         oom = failed and is_out_of_memory(exc)
+        if oom and self.config.timeline:
+            self.timeline.ran_out_of_memory(exc)
+        extra["timeline"] = (self.timeline.record(self.clock.ends, self.config.device_memory)
+                             if self.config.timeline else None)
+        extra["machine"] = self.profiling.stop_sampling()
+        extra["exit_exception"] = f"{type(exc).__name__}: {exc}" if failed else None
         extra["out_of_memory"] = self.memory.report(exc) if oom else None
         device_memory = self.config.device_memory or capped_capacity(sys.modules.get("torch"))
         if session is not None:

@@ -131,6 +131,27 @@ def _patch_dataloader(run: KnobHost, torch) -> None:
         original(self, **bound)
 
     DataLoader.__init__ = __init__
+    if run.knobs.get("dataloader.persistent_workers"):
+        _keep_seed_draws(torch)
+
+
+def _keep_seed_draws(torch) -> None:
+    """Under ``persistent_workers=True`` an epoch after the first draws no worker base seed from
+    the main process's generator, as a new iterator would: every later draw of the script
+    (the sampler's shuffle, dropout) would shift, and loss parity would compare random streams.
+    The persistent iterator draws it anyway (and discards it): the main stream stays the
+    script's, and only the workers' own streams differ (``reseeds_workers``)."""
+    from torch.utils.data import dataloader
+
+    cls = dataloader._MultiProcessingDataLoaderIter
+    original = cls._reset
+
+    def _reset(self, loader, first_iter=False) -> None:
+        if not first_iter:
+            torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+        original(self, loader, first_iter)
+
+    cls._reset = _reset
 
 
 def _split_batches(run: KnobHost, bound: dict[str, Any], where: str | None) -> None:

@@ -267,7 +267,8 @@ def write_diagnosis(result: RunResult, device_memory: int | None, top: int = 10)
             doc = None
         if isinstance(doc, (Diagnosis, JobDiagnosis)) and \
                 len(doc.rank_diagnoses) == len(result.traces) and \
-                _has_every_window(doc, result.records):
+                _has_every_window(doc, result.records) and \
+                _has_every_timeline(doc, result.records):
             result.diagnosis = doc
             return
     result.diagnosis = diagnose_run_dir(result.out, result.traces, result.records,
@@ -282,6 +283,14 @@ def _has_every_window(doc: Diagnosis | JobDiagnosis, records: list[RunRecord]) -
     checked = {r.rank for r in records if r.windows}
     return all(d.window is not None for d in doc.rank_diagnoses
                if d.trace.rank in checked or (d.trace.rank is None and 0 in checked))
+
+
+def _has_every_timeline(doc: Diagnosis | JobDiagnosis, records: list[RunRecord]) -> bool:
+    """Whether ``doc`` has the whole-run view of every rank whose record has a timeline (the
+    diagnosis written at the window, while training went on, has none)."""
+    timed = {r.rank for r in records if r.timeline is not None and r.timeline.end_s}
+    return all(d.run is not None for d in doc.rank_diagnoses
+               if d.trace.rank in timed or (d.trace.rank is None and 0 in timed))
 
 
 def diagnose_run_dir(out: Path, traces: list[Path], records: list[RunRecord],

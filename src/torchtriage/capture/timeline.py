@@ -26,8 +26,9 @@ Inside steps, what the evidence of a recurring stall needs, from patched entry p
 
 When the memory readings grow (the growth fit over the last ``ONLINE_WINDOW`` readings:
 ``GROWTH_T`` standard errors and ``ONLINE_MIN_BYTES``), a census of live tensors
-(capture/census.py) is taken, and one more ``CENSUS_GAP`` steps later, outside profiled
-steps and never in timing mode. The timeline stops growing after ``MAX_STEPS`` steps.
+(capture/census.py) is taken, and one more ``CENSUS_GAP`` steps later (or at an
+out-of-memory error, when that comes first), outside profiled steps and never in timing mode.
+The timeline stops growing after ``MAX_STEPS`` steps.
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ class _CountingSink:
         self.bytes = 0
 
     def write(self, data) -> int:
-        self.bytes += len(data)
-        return len(data)
+        size = memoryview(data).nbytes  # bytes, or a PickleBuffer (numpy's large arrays)
+        self.bytes += size
+        return size
 
 
 class _LimitHits(logging.Handler):
@@ -325,14 +327,26 @@ class TimelineRecorder:
             self._census(steps)
             self._next_census = steps + CENSUS_GAP
 
-    def _census(self, steps: int) -> None:
+    def ran_out_of_memory(self, exc: BaseException) -> None:
+        """The script failed for memory: a census of what was alive then (its holders named
+        from the error's traceback), when the growth's second census had not been taken yet
+        (the run ended before it was due)."""
+        if self.census_allowed and len(self.census) == 1:
+            frames = []
+            tb = exc.__traceback__
+            while tb is not None:
+                frames.append(tb.tb_frame)
+                tb = tb.tb_next
+            self._census(self._steps, frames[::-1])
+
+    def _census(self, steps: int, frames: list | None = None) -> None:
         from torchtriage.capture.census import take_census
 
         torch = sys.modules.get("torch")
         if torch is None:
             return
         try:
-            self.census.append(take_census(torch, steps))
+            self.census.append(take_census(torch, steps, frames))
         except Exception:  # never break the script
             log.debug("torchtriage: tensor census failed", exc_info=True)
             self.census_allowed = False
@@ -357,7 +371,8 @@ class TimelineRecorder:
                 return None, None
         if device_memory:
             return device_memory, "--device-memory"
-        return ram_limit()
+        capped = rlimit_capacity(self.memory[-1] if self.memory else None)
+        return capped if capped[0] else ram_limit()
 
     def record(self, ends: list[float], device_memory: int | None) -> StepTimeline:
         """The timeline of the steps that ended at ``ends`` (the step clock's)."""
@@ -455,8 +470,31 @@ def _pickled_size(dataset) -> int | None:
     try:
         pickle.Pickler(sink, protocol=pickle.HIGHEST_PROTOCOL).dump(dataset)
     except Exception:  # the workers would fail to start too; they will say so
+        log.debug("torchtriage: the Dataset's pickled size not counted", exc_info=True)
         return None
     return sink.bytes
+
+
+def rlimit_capacity(reading: int | None) -> tuple[int | None, str | None]:
+    """The memory readings' ceiling under a data-segment or address-space limit (``ulimit -d``
+    / ``-v``): the limit less what the segment holds besides the readings now (the limit
+    counts libraries, stacks and arenas' reserve, which the heap reading does not)."""
+    import resource
+
+    if reading is None:
+        return None, None
+    for limit_id, field, name in ((resource.RLIMIT_DATA, "VmData:", "RLIMIT_DATA (ulimit -d)"),
+                                  (resource.RLIMIT_AS, "VmSize:", "RLIMIT_AS (ulimit -v)")):
+        soft = resource.getrlimit(limit_id)[0]
+        if soft == resource.RLIM_INFINITY:
+            continue
+        try:
+            with open("/proc/self/status") as f:
+                used = next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
+        except (OSError, StopIteration, ValueError):
+            continue
+        return max(soft - (used - reading), reading), name
+    return None, None
 
 
 def ram_limit() -> tuple[int | None, str | None]:

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from torchtriage.cli.output import (
     capacity,
     open_store,
@@ -53,10 +55,16 @@ def report(args: argparse.Namespace) -> int:
             write_page(args.html_out or run_dir / "report.html", _result_page(run_dir / name),
                        quiet=False)
             return 0
+    options = DiagnoseOptions(device_memory=capacity(args.device_memory), strict=args.strict)
+    if run_dir.is_dir():  # a run directory: its records' windows, machine and whole run too
+        from torchtriage.capture.runner import rank_files, run_dir_options
+
+        _, records = rank_files(run_dir)
+        if records:
+            options = msgspec.structs.replace(
+                run_dir_options(records, options.device_memory), strict=args.strict, workers=None)
     try:
-        doc, details = diagnose_traces_with_detail(
-            run_dir, DiagnoseOptions(device_memory=capacity(args.device_memory),
-                                     strict=args.strict))
+        doc, details = diagnose_traces_with_detail(run_dir, options)
     except TraceError:
         saved = run_dir / "diagnosis.json"  # a run that ran out of memory before any trace
         if not saved.is_file():

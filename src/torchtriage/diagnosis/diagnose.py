@@ -41,6 +41,7 @@ from torchtriage.diagnosis.primary import (
     time_primary,
 )
 from torchtriage.diagnosis.rules.memory import growth_verdict, leak_withholds
+from torchtriage.diagnosis.rules.run import STALL_REMEDY
 from torchtriage.diagnosis.run_view import RunInputs, run_view
 from torchtriage.diagnosis.vocabulary import (
     CONFIDENCE_LEVELS,
@@ -137,7 +138,9 @@ def diagnose(
             message=f"{len(dynamic)} ops change input shapes between steps "
                     f"(e.g. {dynamic[0].name}): torch.compile recompiles, allocator fragments."))
 
-    prescriptions, withheld = _prescriptions(primary, ranked, facts, verdicts)
+    lead = tuple(STALL_REMEDY[s.cause] for s in facts.run.stalls if s.cause in STALL_REMEDY) \
+        if primary_rule.rule == "recurring_stall" else ()
+    prescriptions, withheld = _prescriptions(primary, ranked, facts, verdicts, lead)
     layers = {
         layer: r.LayerResult(share=round(facts.share(layer), 4) if layer in TIME_LAYERS else 0.0,
                              time_ms=round(facts.layer_us.get(layer, 0.0) / 1e3, 3),
@@ -486,14 +489,18 @@ def _step_findings(steps) -> list[r.Finding]:
     return out
 
 
-def _prescriptions(primary, ranked, facts, verdicts
+def _prescriptions(primary, ranked, facts, verdicts, lead: tuple[str, ...] = ()
                    ) -> tuple[list[r.Prescription], list[r.Withheld]]:
-    """The prescriptions of the primary layer, then of the other significant layers (and the
-    memory ladder when memory's rule fired), cheapest first within a layer; and the ones their
-    rules' gates held back, in the same order."""
-    order = [primary] + [
+    """The prescriptions of the primary layer, then of the layers whose whole-run figures
+    passed their thresholds (a recurring stall, recompilation), then of the other significant
+    layers (and the memory ladder when memory's rule fired), cheapest first within a layer
+    (``lead``: the fix of what named the primary layer, such as a recurring stall's, before the
+    rest); and the ones their rules' gates held back, in the same order."""
+    order = [primary] + [layer for layer in ranked if layer != primary
+                         and verdicts[layer].over_run] + [
         layer for layer in ranked
         if layer != primary and facts.share(layer) >= SIGNIFICANT[layer].value
+        and not verdicts[layer].over_run
     ]
     if primary != "memory" and verdicts["memory"].remedies:
         order.append("memory")
@@ -502,8 +509,8 @@ def _prescriptions(primary, ranked, facts, verdicts
     seen: set[str] = set()
     device = "cuda" if facts.gpu else "cpu"
     for layer in order:
-        remedies: list[tuple[Remedy, str]] = sorted(verdicts[layer].remedies,
-                                                    key=lambda x: x[0].cost)
+        remedies: list[tuple[Remedy, str]] = sorted(
+            verdicts[layer].remedies, key=lambda x: (x[0].id not in lead, x[0].cost))
         for remedy, reason in remedies:
             if remedy.id in seen or (remedy.gpu_only and not facts.gpu):
                 continue

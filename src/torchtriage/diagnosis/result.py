@@ -371,6 +371,7 @@ class TensorHolder(msgspec.Struct, kw_only=True):
     name: str  # ``losses (list) in train() at train.py:41``, or the container type
     tensors: int
     with_graph: int  # of them, tensors with a grad_fn: each keeps its step's autograd graph
+    bytes: int = 0  # their elements x element size (views count their own extent)
 
 
 class TensorCensus(msgspec.Struct, kw_only=True):

@@ -13,11 +13,13 @@ memory that grows, stalls that recur, what torch.compile did, and what the timel
   (the container holding them is named); other tensors growing are tensors kept (a cache, a
   history); neither, with memory growing, is memory outside Python's tensors.
 - **Stalls** (:mod:`~torchtriage.analysis.stalls`): steps after the second, profiled ones left
-  out. Each stall step is attributed to what the training process saw inside it: the event
+  out of the scan; a profiled step counts too when it passes the same test against the
+  profiled steps' median and an event explains it (a worker start, an evaluation, a save).
+  Each stall step is attributed to what the training process saw inside it: the event
   that overlaps it longest (a DataLoader's worker start, an evaluation, a ``torch.save``) or
   a compilation at it; else ``unexplained``. Stalls of one cause that occur at least twice are
   reported with their period and share of the run's wall time (the first step's end to the
-  last's).
+  last's); unexplained ones only when they recur at a period.
 - **Compilation**: dynamo's compilations per frame, recompilations grouped by their guard
   failure (numbers in the reason folded, so sizes 37 and 45 are one reason), the frames that
   hit the recompile limit, graph breaks (from the run record), and the ops whose shapes
@@ -176,8 +178,8 @@ def _cause(growth: MemoryGrowth, t: StepTimeline) -> None:
     graph_rate = (b.with_graph - a.with_graph) / steps
     plain_rate = ((b.tensors - b.with_graph) - (a.tensors - a.with_graph)) / steps
     growth.holders = list(b.holders)
-    held = next((h for h in b.holders if h.with_graph), b.holders[0] if b.holders else None)
-    where = f"; most are held by {held.name} ({held.tensors} tensors)" if held else ""
+    graphs = [h for h in b.holders if h.with_graph][:2]
+    where = ("; they are held by " + " and ".join(_held(h) for h in graphs)) if graphs else ""
     if graph_rate >= 0.5:
         growth.cause = "autograd_graph_retained"
         growth.cause_detail = (
@@ -187,8 +189,7 @@ def _cause(growth: MemoryGrowth, t: StepTimeline) -> None:
             "`tensor.detach()` instead of the tensor")
     elif plain_rate >= 0.5:
         growth.cause = "tensors_retained"
-        held = b.holders[0] if b.holders else None
-        where = f"; most are held by {held.name} ({held.tensors} tensors)" if held else ""
+        where = f"; most are held by {_held(b.holders[0])}" if b.holders else ""
         growth.cause_detail = (
             f"live tensors without a graph grew from {a.tensors - a.with_graph} at step "
             f"{a.step} to {b.tensors - b.with_graph} at step {b.step} ({plain_rate:.1f} per "
@@ -199,6 +200,11 @@ def _cause(growth: MemoryGrowth, t: StepTimeline) -> None:
             f"the number of live tensors held steady ({a.tensors} at step {a.step}, "
             f"{b.tensors} at step {b.step}) while memory grew: tensors that grow in size, an "
             "allocator cache or memory outside torch tensors (a C extension, Python objects)")
+
+
+def _held(holder) -> str:
+    size = f", {holder.bytes / MIB:.1f} MiB" if holder.bytes else ""
+    return f"{holder.name} ({holder.tensors} tensors{size})"
 
 
 # --- stalls ---------------------------------------------------------------------------------
@@ -215,23 +221,34 @@ def _stalls(t: StepTimeline, numbers: list[int], step_ms: list[float], profiled:
     left_out = profiled | set(range(1, FIRST_STALL_STEP)) | {c.step + 1 for c in t.census}
     scan = find_stalls(numbers, step_ms, left_out=left_out, ratio=th.STALL_RATIO.value,
                        min_excess_ms=th.STALL_MIN_MS.value)
-    if scan is None or not scan.stalls:
+    if scan is None:
         return []
     ends = t.end_s
+    ms_of = dict(zip(numbers, step_ms, strict=True))
+    baseline = dict.fromkeys(scan.stalls, scan.median_ms)
+    # a profiled step stalls against the profiled steps' median, and only for an explained
+    # cause (the profiler slows every step it records; it starts no worker, saves nothing)
+    under = [n for n in numbers if n in profiled and n >= FIRST_STALL_STEP]
+    if under:
+        typical = statistics.median(ms_of[n] for n in under)
+        for n in under:
+            if (ms_of[n] > max(th.STALL_RATIO.value * typical, typical + th.STALL_MIN_MS.value)
+                    and _attribute(n, ends[n - 2], ends[n - 1], t)[0] not in
+                    ("unexplained", "compilation")):
+                baseline[n] = typical
     by_cause: dict[StallCause, list[int]] = {}
     events_of: dict[int, list] = {}
-    for n in scan.stalls:
+    for n in sorted(baseline):
         cause, events = _attribute(n, ends[n - 2], ends[n - 1], t)
         by_cause.setdefault(cause, []).append(n)
         events_of[n] = events
-    ms_of = dict(zip(numbers, step_ms, strict=True))
     out = []
     for cause, steps in by_cause.items():
-        if len(steps) < 2:
-            continue
-        excess_s = excess_ms([ms_of[n] for n in steps], scan.median_ms) / 1e3
-        share = excess_s / wall_s if wall_s > 0 else 0.0
         every = period(steps, tolerance=th.STALL_PERIOD_TOLERANCE.value)
+        if len(steps) < 2 or (cause == "unexplained" and every is None):
+            continue  # what nothing explains counts only when it recurs at a period
+        excess_s = sum(excess_ms([ms_of[n]], baseline[n]) for n in steps) / 1e3
+        share = excess_s / wall_s if wall_s > 0 else 0.0
         stall_median = statistics.median(ms_of[n] for n in steps)
         out.append(RecurringStall(
             cause=cause, steps=steps[:200], period_steps=every,

@@ -477,6 +477,13 @@ RECOMPILE_SIGNIFICANT = Threshold(
     "prescriptions",
     "torchtriage default: as data_loading_significant",
 )
+RECOMPILE_MIN_COUNT = Threshold(
+    "recompile_min_count", 4, "recompilations",
+    "recompilations over the run below which their compile time is a few shapes compiled once "
+    "each (a finding, no prescription), unless a frame hit the recompile limit",
+    "torchtriage default: padding to a few buckets compiles up to ~3 extra graphs, paid once "
+    "per run",
+)
 
 
 ALL: tuple[Threshold, ...] = (
@@ -538,4 +545,5 @@ ALL: tuple[Threshold, ...] = (
     STALL_PERIOD_TOLERANCE,
     RUN_STALL_SIGNIFICANT,
     RECOMPILE_SIGNIFICANT,
+    RECOMPILE_MIN_COUNT,
 )

@@ -53,10 +53,17 @@ from torchtriage.fix import ladder
 from torchtriage.fix.budget import COMPILE_ESTIMATE_S, FINAL_FRESH, Budget, trial_estimate
 from torchtriage.fix.candidates import NOT_INJECTED, machine_context, search_for
 from torchtriage.fix.patch import make_patch
-from torchtriage.fix.reading import leak_of, representative, searches_workers, stall_period
+from torchtriage.fix.reading import (
+    LEAK_FIX,
+    leak_of,
+    representative,
+    searches_workers,
+    stall_period,
+)
+from torchtriage.fix.summary import attempt_of, fix_summary
 from torchtriage.report.fix_view import fix_markdown
 from torchtriage.results.ab import ABResult, Trial
-from torchtriage.results.fix import Attempt, FixResult, FixStep, Profiled
+from torchtriage.results.fix import FixResult, FixStep, Profiled
 from torchtriage.results.run import KnobOutcome, RunConfig, merge_knob_outcomes
 from torchtriage.verify.ab import run_ab
 from torchtriage.verify.settings import TrialSettings
@@ -137,7 +144,7 @@ def run_fix(
             result.patch_files = patch.files
         result.instructions = patch.instructions
         result.store_id = store_id
-        result.summary = _summary(result)
+        result.summary = fix_summary(result)
         result.write(out / "fix.json")
         (out / "fix.md").write_text(fix_markdown(result, patch.diff))
         if store:
@@ -178,7 +185,6 @@ class _Loop:
         self.skip = 0  # steps before the profile window (set once the trials disagree)
         self.reprofile = False  # a profile round disagreed with its trials: profile again
         self.period = 0  # a recurring stall's period (steps): A/B trials measure whole ones
-        self.leak_noted = False
 
     # --- profiling ----------------------------------------------------------------------
 
@@ -244,15 +250,18 @@ class _Loop:
         leak = leak_of(diagnosis)
         original_losses = losses
         stopped = ""
+        if leak is not None and "memory" in (self.settings.layers or LAYERS):
+            # memory that grows over the run: no rung is tried (it would only postpone the
+            # error past a short trial); the leak's fix is the user's code change
+            grows = f"memory grows by {leak.bytes_per_step / 2**20:.2f} MiB per step: a leak"
+            self._say(f"{grows}; the memory ladder is not tried", lasting=True)
+            for prescription in (p for p in diagnosis.prescriptions if p.id == LEAK_FIX):
+                self._try(prescription, "memory", diagnosis)  # reported: a code change
+            if self.original_oom is not None:  # every trial would run out of memory too
+                stopped = (f"{grows} that runs the original out of memory; fix it "
+                           "(memory.fix_leak) and run fix again")
         while not stopped:
-            if (diagnosis.primary == "memory" and "memory" in (self.settings.layers or LAYERS)
-                    and leak is not None and not self.leak_noted):
-                # memory that grows over the run: no rung is tried (it would only postpone
-                # the error past a short trial); the leak's fix is the user's code change
-                self.leak_noted = True
-                self._say(f"memory grows by {leak.bytes_per_step / 2**20:.2f} MiB per step: a "
-                          "leak; the memory ladder is not tried", lasting=True)
-            elif (diagnosis.primary == "memory"
+            if (diagnosis.primary == "memory" and leak is None
                     and "memory" in (self.settings.layers or LAYERS)
                     and any(self.settings.allows(rung) for rung, _ in ladder.rungs())):
                 steps, rung, after = ladder.climb(self.profile, self.kept, len(self.rounds) - 1,
@@ -390,7 +399,7 @@ class _Loop:
             if self._inconclusive(ab):
                 ab = self._second_look(knobs, f"{search.knob}={value}", ab)
             verdict = ab.verdict
-            attempt = _attempt(value, ab)
+            attempt = attempt_of(value, ab)
             step.attempts.append(attempt)
             if ab.verdict == "faster":
                 step.result, step.kept_value = "kept", value
@@ -419,9 +428,7 @@ class _Loop:
                     ) if self.progress else None
         if prior is None and self.incumbent:
             prior = {"A": self.incumbent}
-        settings = settings or self.settings.trial
-        if self.period and not settings.period_steps:
-            settings = dataclasses.replace(settings, period_steps=self.period)
+        settings = self._periodic(settings or self.settings.trial)
         ab = run_ab(self.command, ab_dir, settings, knobs=knobs,
                     baseline_knobs=self.kept, adaptive=True, progress=progress, prior=prior,
                     min_fresh=min_fresh, deadline=self.budget.start + self.budget.seconds,
@@ -444,8 +451,8 @@ class _Loop:
         last.trials_step_ms = ab.a.mean_step_ms
         drift = ab.a.mean_step_ms / last.median_step_ms - 1
         last.window_agrees = window_holds(last.median_step_ms, ab.a.mean_step_ms)
-        if last.window_agrees or self.skip:
-            return
+        if last.window_agrees or self.skip or self.period:
+            return  # (trials over whole stall periods include the stalls the window lies between)
         a_trials = [t for t in ab.trials if t.arm == "A" and t.status == "ok"]
         self.skip = max((t.warmup_steps or 0) + len(t.step_ms) for t in a_trials)
         self.reprofile = True
@@ -502,13 +509,19 @@ class _Loop:
             self.kept_order = [k for k in self.kept_order if k["knob"] != knob]
             self.kept_order.append({"knob": knob, "value": value})
 
+    def _periodic(self, settings: TrialSettings) -> TrialSettings:
+        """Trials over whole periods of the run's recurring stall, when it has one."""
+        if self.period and not settings.period_steps:
+            return dataclasses.replace(settings, period_steps=self.period)
+        return settings
+
     def _finish(self, stopped: str, *, final_ab: bool = True) -> FixResult:
         final: ABResult | None = None
         if self.kept and self.original and final_ab:
             self._say("final A/B: kept configuration against the original")
             progress = (lambda text, k, n, trial: self.progress("final: " + text, k, n, trial)
                         ) if self.progress else None
-            final = run_ab(self.command, self.out / "final", self.settings.trial,
+            final = run_ab(self.command, self.out / "final", self._periodic(self.settings.trial),
                            knobs=self.kept, adaptive=True, min_fresh=FINAL_FRESH,
                            progress=progress, deadline=self.budget.final_deadline(),
                            prior={"A": self.original, "B": self.incumbent},
@@ -546,55 +559,3 @@ class _Loop:
             logger.info("%s", text)
         if self.progress:
             self.progress(text, 0, -1 if lasting else 0, None)
-
-
-def _attempt(value: Any, ab: ABResult) -> Attempt:
-    compiled = next((t.compile for t in ab.trials if t.arm == "B" and t.compile), None)
-    if ab.verdict == "failed":
-        note = ab.summary
-    elif ab.speedup is None:
-        note = ab.verdict
-    else:
-        note = f"{ab.verdict} {ab.speedup:.2f}x [{ab.ci_low:.2f}-{ab.ci_high:.2f}]"
-        if ab.verdict == "changes_results":
-            note += f", losses deviate {ab.parity.max_deviation:.2g} > {ab.parity.tolerance:.2g}"
-    if compiled:
-        note += f"; compile {compiled['seconds']:.1f} s"
-        if ab.startup and ab.startup.break_even_steps:
-            note += f", pays back after {ab.startup.break_even_steps} steps"
-        if ab.verdict != "faster":
-            note += (f"; {compiled['graph_breaks']} graph break(s), {compiled['recompiles']} "
-                     "recompile(s)")
-            if compiled.get("graph_break_reasons"):
-                note += f" (first: {compiled['graph_break_reasons'][0][:120]})"
-    not_applied = [k for k, o in ab.knobs.items() if not o.applied]
-    if not_applied:
-        note += f"; not applied: {', '.join(not_applied)} ({ab.knobs[not_applied[0]].detail})"
-    return Attempt(value=value, verdict=ab.verdict, speedup=ab.speedup, ci_low=ab.ci_low,
-                   ci_high=ab.ci_high, parity=ab.parity.status,
-                   trials=sum(not t.reused for t in ab.trials),
-                   seconds=round(sum(t.wall_s for t in ab.trials if not t.reused), 1),
-                   compile=compiled, note=note, ab_dir=ab.out)
-
-
-def _summary(r: FixResult) -> str:
-    oom = r.original_out_of_memory
-    ran_out = f"the original ran out of memory on step {oom.step}; " if oom else ""
-    if not r.kept:
-        return f"{ran_out}nothing kept: {r.stopped_because}."
-    kept = ", ".join(f"{k['knob']}={k['value']!r}" for k in r.kept)
-    if oom is not None and r.speedup is None:
-        last = r.rounds[-1]
-        peak = f", peak {last.peak_fraction:.0%} of capacity" if last.peak_fraction else ""
-        return (f"{ran_out}with {kept} it completes: median step {last.median_step_ms:.1f} ms "
-                f"(profiled){peak}; stopped because {r.stopped_because}.")
-    if r.speedup is None:
-        return f"kept {kept}; stopped because {r.stopped_because}."
-    interval = f"{r.speedup:.2f}x ({r.ci_low:.2f}-{r.ci_high:.2f}x, {r.verdict})"
-    if r.verdict != "faster":  # each fix won its own A/B; together they did not
-        return (f"kept {kept}, but the final A/B against the original does not confirm a gain: "
-                f"{interval}; measure again (more --trials, a quieter machine) before adopting "
-                f"it; stopped because {r.stopped_because}.")
-    return (f"kept {kept}: {r.speedup:.2f}x faster than the original ({r.ci_low:.2f}-"
-            f"{r.ci_high:.2f}x, {r.verdict}); stopped because {r.stopped_because}.")
-

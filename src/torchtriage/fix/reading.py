@@ -9,6 +9,7 @@ from torchtriage.diagnosis.knobs import served
 from torchtriage.diagnosis.result import Diagnosis, MemoryGrowth
 from torchtriage.diagnosis.thresholds import RUN_STALL_SIGNIFICANT
 
+LEAK_FIX = "memory.fix_leak"  # the prescription for memory that grows over the run
 # A/B trials measure whole periods of a recurring stall up to this period (steps)
 MAX_TRIAL_PERIOD = 200
 

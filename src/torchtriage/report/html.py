@@ -24,7 +24,7 @@ from torchtriage.analysis.timeline import Timeline
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis
 from torchtriage.diagnosis.traces import TraceDetail
-from torchtriage.report.text import printable
+from torchtriage.report.text import printable, run_lines
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;
@@ -154,6 +154,8 @@ def _diagnosis_sections(page: Page, d: Diagnosis, trace: TraceDetail | None) -> 
              f'{esc(t.path)}</div>{_layers_table(d)}{_findings(d)}</section>')
     page.add(f'<section id="prescriptions"><h2>What to fix first</h2>{_prescriptions(d)}'
              '</section>')
+    if d.run is not None:
+        page.add(_run_section(page, d))
     page.add(f'<section id="breakdown"><h2>Where each step\'s time goes</h2>'
              f'{_breakdown_figure(page, d)}</section>')
     lanes = _timeline_figure(page, trace.timeline) if trace is not None else None
@@ -165,6 +167,36 @@ def _diagnosis_sections(page: Page, d: Diagnosis, trace: TraceDetail | None) -> 
     memory = _memory_figure(page, d, trace.memory) if trace is not None else None
     page.add(f'<section id="memory"><h2>Memory</h2>{_memory_table(d)}{memory or ""}'
              '</section>')
+
+
+def _run_section(page: Page, d: Diagnosis) -> str:
+    """The whole run: its summary lines and every step's wall time (and memory at its end)
+    over the run, the stall steps marked."""
+    view = d.run
+    items = "".join(f"<li>{esc(line)}</li>" for line in run_lines(view))
+    figure = ""
+    if view.plot_steps:
+        data: list[dict[str, Any]] = [{"type": "scatter", "mode": "lines", "name": "step ms",
+                                       "x": view.plot_steps, "y": view.plot_step_ms}]
+        stalled = {n for s in view.stalls for n in s.steps}
+        marks = [(n, ms) for n, ms in zip(view.plot_steps, view.plot_step_ms, strict=True)
+                 if n in stalled]
+        if marks:
+            data.append({"type": "scatter", "mode": "markers", "name": "recurring stall",
+                         "x": [n for n, _ in marks], "y": [ms for _, ms in marks],
+                         "marker": {"color": "#ef4444", "size": 7}})
+        layout: dict[str, Any] = {"xaxis": {"title": "step"}, "yaxis": {"title": "step ms"},
+                                  "legend": {"orientation": "h"}}
+        if view.plot_memory_bytes:
+            points = [(n, b) for n, b in zip(view.plot_steps, view.plot_memory_bytes,
+                                             strict=True) if b >= 0]
+            data.append({"type": "scatter", "mode": "lines", "yaxis": "y2",
+                         "name": f"memory MiB ({view.memory_source})",
+                         "x": [n for n, _ in points], "y": [round(b / 2**20, 2) for _, b in points],
+                         "line": {"color": "#8b5cf6"}})
+            layout["yaxis2"] = {"title": "MiB", "overlaying": "y", "side": "right"}
+        figure = page.figure(data, layout)
+    return (f'<section id="run"><h2>The whole run</h2><ul>{items}</ul>{figure}</section>')
 
 
 def _layers_table(d: Diagnosis) -> str:

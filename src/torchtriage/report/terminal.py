@@ -13,7 +13,7 @@ from rich.text import Text
 from torchtriage.diagnosis.data_quality import describe
 from torchtriage.diagnosis.job import JobDiagnosis
 from torchtriage.diagnosis.result import Diagnosis, SkippedFile
-from torchtriage.report.text import add_row, plain
+from torchtriage.report.text import add_row, plain, run_lines
 
 _MAX_STEP_COLUMNS = 8
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
@@ -22,6 +22,8 @@ _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 def renderable(d: Diagnosis) -> RenderableType:
     if not d.breakdown.steps and d.out_of_memory is not None:  # no trace: what the error said
         parts: list[RenderableType] = [_header(d), _findings(d), _prescriptions(d)]
+        if d.run is not None:
+            parts.append(_run(d))
         if d.missing:
             parts.append(_missing(d))
         return Group(*parts)
@@ -31,6 +33,8 @@ def renderable(d: Diagnosis) -> RenderableType:
     if d.skipped:
         parts.append(_skipped(d.skipped))
     parts += [_Layers(d), _breakdown(d)]
+    if d.run is not None:
+        parts.append(_run(d))
     if d.findings:
         parts.append(_findings(d))
     if d.prescriptions or d.withheld:
@@ -243,6 +247,13 @@ def _evidence_text(e) -> str:
         op = e.comparison if held else {">=": "<", "<": ">=", ">": "<=", "<=": ">"}.get(
             e.comparison, "vs")
         text += f" {op} {e.threshold:g}"
+    return text
+
+
+def _run(d: Diagnosis) -> Text:
+    """The whole run's step timeline in a few lines."""
+    text = plain("Whole run: ", style="bold")
+    text.append(plain("\n  ".join(run_lines(d.run)) + "\n"))
     return text
 
 

@@ -93,6 +93,9 @@ class RunConfig(JsonDocument, msgspec.Struct, kw_only=True):
     # profile mode with stop_after_window: run at least this many steps before stopping, so
     # that the step timeline sees the run's memory growth and recurring stalls
     observe_steps: int = 0
+    # record the whole run's step timeline (False: only the control arm of
+    # benchmarks/whole_run.py's overhead measurement)
+    timeline: bool = True
     # profile mode: stop the script once the (final) window is profiled and checked
     stop_after_window: bool = False
     # profile mode: the cost guard's budget of recorded events (None: the default,

@@ -107,6 +107,10 @@ class Verdict(msgspec.Struct):
     # remedies a gate held back: (remedy, why, the gate's evidence with its threshold)
     withheld: list[tuple[Remedy, str, list[Evidence]]] = msgspec.field(default_factory=list)
     decides_primary: bool = False
+    # the rule judged the whole run (a recurring stall, recompilation) and its figures pass
+    # their threshold: the layer's remedies follow the primary layer's, whatever its share of
+    # the window
+    over_run: bool = False
 
     def merge(self, other: Verdict) -> None:
         """Add another rule's verdict for the same layer (after this one's)."""
@@ -115,6 +119,7 @@ class Verdict(msgspec.Struct):
         self.remedies.extend(other.remedies)
         self.withheld.extend(other.withheld)
         self.decides_primary = self.decides_primary or other.decides_primary
+        self.over_run = self.over_run or other.over_run
 
 
 @runtime_checkable

@@ -15,7 +15,7 @@ STALL_LAYER: dict[StallCause, Layer] = {
     "dataloader_restart": "data_loading", "evaluation": "host", "checkpoint": "host",
     "compilation": "host", "unexplained": "host",
 }
-_STALL_REMEDY: dict[StallCause, str] = {
+STALL_REMEDY: dict[StallCause, str] = {
     "dataloader_restart": "dataloader.persistent_workers", "evaluation": "eval.interval",
     "checkpoint": "checkpoint.async",
 }
@@ -48,9 +48,10 @@ class _StallRule:
                 continue
             v.evidence.extend(stall.evidence)
             v.findings.append(stall_finding(stall))
-            remedy = _STALL_REMEDY.get(stall.cause)
+            remedy = STALL_REMEDY.get(stall.cause)
             if remedy is None:
                 continue
+            v.over_run = v.over_run or stall.share_of_run >= th.RUN_STALL_SIGNIFICANT.value
             reason = (f"{stall.share_of_run:.1%} of the run's wall time in stalls "
                       + (f"every {stall.period_steps} steps" if stall.period_steps else
                          f"at {len(stall.steps)} steps") + f" ({stall.cause.replace('_', ' ')})")
@@ -90,11 +91,17 @@ class PeriodicWorkRule(_StallRule):
     causes = ("evaluation", "checkpoint", "unexplained")
 
 
+def _at_least(metric: str, value: float, unit: str, threshold: th.Threshold) -> Evidence:
+    return Evidence(metric=metric, value=value, unit=unit, threshold=threshold.value,
+                    comparison=">=", fired=value >= threshold.value, source=threshold.source)
+
+
 class RecompileRule:
     """torch.compile over the run: frames compiled, recompilations with their guard failures,
     frames that hit the recompile limit and run eager, graph breaks. An info finding whenever
     dynamo compiled; a warning with prescriptions when compile time after the first step
-    reaches ``recompile_significant`` of the run's wall time, or a frame hit the limit:
+    reaches ``recompile_significant`` of the run's wall time over at least
+    ``recompile_min_count`` recompilations, or a frame hit the limit:
     ``compile.dynamic`` when a guard failed on a size (or shapes changed in the window), padding
     to a few lengths, raising the limit when frames hit it; removing graph breaks when there
     are any."""
@@ -102,33 +109,34 @@ class RecompileRule:
     layer: Layer = "host"
     prescribes = ("compile.dynamic", "compile.pad_buckets", "compile.recompile_limit",
                   "compile.remove_graph_break")
-    thresholds = (th.RECOMPILE_SIGNIFICANT,)
+    thresholds = (th.RECOMPILE_SIGNIFICANT, th.RECOMPILE_MIN_COUNT)
 
     def judge(self, f: Facts) -> Verdict:
         v = Verdict()
         c = f.run.compile if f.run is not None else None
         if c is None:
             return v
-        share = Evidence(metric="recompile_share_of_run", value=c.share_of_run,
-                         unit="share of the run's wall time compiling after the first step",
-                         threshold=th.RECOMPILE_SIGNIFICANT.value, comparison=">=",
-                         fired=c.share_of_run >= th.RECOMPILE_SIGNIFICANT.value,
-                         source=th.RECOMPILE_SIGNIFICANT.source)
-        v.evidence.append(share)
+        share = _at_least("recompile_share_of_run", c.share_of_run,
+                          "share of the run's wall time compiling after the first step",
+                          th.RECOMPILE_SIGNIFICANT)
+        count = _at_least("recompilations", c.recompilations, "recompilations over the run",
+                          th.RECOMPILE_MIN_COUNT)
+        v.evidence.extend((share, count))
         reasons = "; ".join(f"{r.count}x {r.frame}: {r.reason}" for r in c.reasons[:3])
         limit = (f" {len(c.limit_hits)} frame(s) hit the recompile limit and run eager from "
                  f"then on ({c.limit_hits[0]})." if c.limit_hits else "")
         breaks = f" {c.graph_breaks} graph break(s)." if c.graph_breaks else ""
-        serious = share.fired or bool(c.limit_hits)
+        serious = (share.fired and count.fired) or bool(c.limit_hits)
         v.findings.append(Finding(
             id="run.compile", severity="warning" if serious else "info", layer="host",
             message=f"torch.compile compiled {c.compilations} frame(s), {c.recompilations} of "
                     f"them recompilations, {c.seconds:.1f} s in all ({c.after_first_step_s:.1f} "
                     f"s after the first step, {c.share_of_run:.1%} of the run)."
                     + (f" Recompiled because: {reasons}." if reasons else "") + limit + breaks,
-            evidence=[share]))
+            evidence=[share, count]))
         if not serious:
             return v
+        v.over_run = True
         sizes = any("size" in r.reason or "stride" in r.reason for r in c.reasons) \
             or bool(c.changed_shapes)
         gain = f"{c.share_of_run:.1%} of the run compiling"

@@ -1,0 +1,204 @@
+"""The whole-run view (issue #33): the growth fit, the stall scan, the run view's verdicts from a
+step timeline, and its bad inputs (too short, no memory counter, a rank that died, no dynamo).
+End-to-end runs of the user-style scripts are in tests/test_whole_run_scripts.py."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from torchtriage.analysis.growth import fit_growth
+from torchtriage.analysis.stalls import find_stalls, period
+from torchtriage.diagnosis import thresholds as th
+from torchtriage.diagnosis.diagnose import diagnose_out_of_memory
+from torchtriage.diagnosis.result import (
+    CompileEvent,
+    OutOfMemory,
+    RunEvent,
+    StepTimeline,
+    TensorCensus,
+    TensorHolder,
+)
+from torchtriage.diagnosis.run_view import RunInputs, run_view
+
+MIB = 2**20
+
+
+def _ends(step_ms: list[float]) -> list[float]:
+    """Step ends (s) for these step times, the first step ending at 1 s."""
+    out = [1.0]
+    for ms in step_ms:
+        out.append(out[-1] + ms / 1e3)
+    return out
+
+
+def _timeline(steps: int = 60, *, grow: float = 0.0, noise: float = 0.0, source="cuda_allocator",
+              step_ms=None, **kw) -> StepTimeline:
+    rng = random.Random(0)
+    memory = [int(500 * MIB + grow * i + rng.gauss(0, noise)) for i in range(steps)]
+    return StepTimeline(end_s=_ends(step_ms or [50.0] * (steps - 1)), memory_source=source,
+                        memory_bytes=memory if source else [], memory_first_step=1,
+                        capacity_bytes=8 * 2**30, capacity_source="device total memory", **kw)
+
+
+# --- the fits -------------------------------------------------------------------------------
+
+
+def test_the_growth_fit_finds_a_slope_through_noise_and_none_in_flat_noise():
+    rng = random.Random(1)
+    steps = list(range(40))
+    growing = fit_growth(steps, [1e9 + 2e6 * s + rng.gauss(0, 1e6) for s in steps])
+    assert growing.whole.slope == pytest.approx(2e6, rel=0.1) and growing.whole.t > 20
+    flat = fit_growth(steps, [1e9 + rng.gauss(0, 1e6) for s in steps])
+    assert abs(flat.whole.t) < th.GROWTH_T.value
+
+
+def test_a_level_shift_between_segments_is_not_growth():
+    steps = list(range(40))
+    values = [1e9 if s < 20 else 1.5e9 for s in steps]  # one jump (the profiler's buffers)
+    assert fit_growth(steps, values).whole.slope > 0
+    assert fit_growth(steps, values, [0 if s < 20 else 1 for s in steps]).whole.slope == 0
+
+
+def test_stalls_recur_at_a_period_and_consecutive_slow_steps_have_none():
+    numbers = list(range(2, 62))
+    ms = [500.0 if n % 10 == 0 else 50.0 for n in numbers]
+    scan = find_stalls(numbers, ms, left_out=set(), ratio=2.0, min_excess_ms=20.0)
+    assert scan.stalls == (10, 20, 30, 40, 50, 60) and scan.median_ms == 50.0
+    assert period(scan.stalls, tolerance=0.25) == 10
+    assert period([30, 31, 32, 33], tolerance=0.25) is None  # a slowdown, not a period
+    assert period([10, 20], tolerance=0.25) is None  # two are not a period yet
+
+
+# --- the run view ---------------------------------------------------------------------------
+
+
+def test_steady_growth_gives_bytes_per_step_and_the_step_the_device_is_full():
+    view = run_view(RunInputs(timeline=_timeline(60, grow=64 * MIB, noise=MIB)))
+    g = view.growth
+    assert g.steady and g.bytes_per_step == pytest.approx(64 * MIB, rel=0.02)
+    assert g.first_step == int(th.GROWTH_SKIP_STEPS.value) + 1 and g.last_step == 60
+    # (8 GiB - the last reading) / 64 MiB after step 60
+    expected = 60 + (8 * 2**30 - (500 * MIB + 64 * MIB * 59)) / (64 * MIB)
+    assert abs(g.full_at_step - expected) <= 1
+    assert all(e.source for e in g.evidence)
+
+
+def test_allocator_noise_is_not_growth():
+    g = run_view(RunInputs(timeline=_timeline(80, noise=8 * MIB))).growth
+    assert g is not None and not g.steady and g.full_at_step is None
+
+
+def test_a_run_too_short_to_fit_a_slope_says_so():
+    view = run_view(RunInputs(timeline=_timeline(8, grow=64 * MIB)))
+    assert view.growth is None
+    assert "too short to fit a memory slope" in view.growth_not_assessed
+
+
+def test_without_a_memory_counter_the_view_says_why_and_still_times_the_steps():
+    view = run_view(RunInputs(timeline=_timeline(40, source=None)))
+    assert view.growth is None and "no memory counter" in view.growth_not_assessed
+    assert view.steps == 40 and view.median_step_ms == pytest.approx(50.0)
+
+
+def test_on_cpu_the_process_rss_is_labelled_as_such():
+    view = run_view(RunInputs(timeline=_timeline(60, grow=8 * MIB, source="process_rss")))
+    assert view.growth.source == "process_rss" and view.memory_source == "process_rss"
+
+
+def test_a_rank_that_died_is_a_gap_not_an_error():
+    view = run_view(RunInputs(timeline=_timeline(30), job_steps=90))
+    assert view.gaps and "stops at step 30" in view.gaps[0]
+
+
+def test_the_census_names_the_cause_and_the_holder():
+    census = [TensorCensus(step=24, tensors=300, with_graph=20, holders=[]),
+              TensorCensus(step=32, tensors=316, with_graph=36, holders=[
+                  TensorHolder(name="outputs (list) in train() at train.py:40", tensors=30,
+                               with_graph=30, bytes=480 * MIB)])]
+    g = run_view(RunInputs(timeline=_timeline(60, grow=16 * MIB, census=census))).growth
+    assert g.cause == "autograd_graph_retained"
+    assert "outputs (list) in train() at train.py:40" in g.cause_detail
+    assert "480.0 MiB" in g.cause_detail
+
+
+def test_a_loader_restart_every_epoch_is_a_recurring_stall_with_its_share():
+    ms = [50.0] * 59
+    events = []
+    t = 1.0
+    ends = _ends(ms)
+    for epoch_start in range(10, 60, 10):  # step n's time is ms[n - 2]
+        ms[epoch_start - 2] = 2050.0
+    ends = _ends(ms)
+    for n in range(10, 60, 10):
+        t = ends[n - 2]
+        events.append(RunEvent(kind="loader_start", step=n, start_s=t + 0.001, duration_s=2.0,
+                               workers=4, persistent=False, start_method="spawn",
+                               dataset_bytes=300 * MIB if n == 10 else None))
+    timeline = StepTimeline(end_s=ends, events=events)
+    (stall,) = run_view(RunInputs(timeline=timeline)).stalls
+    assert stall.cause == "dataloader_restart" and stall.period_steps == 10
+    assert stall.steps == [10, 20, 30, 40, 50]
+    assert stall.excess_s == pytest.approx(10.0, rel=0.01)
+    assert stall.share_of_run == pytest.approx(10.0 / (ends[-1] - ends[0]), rel=0.01)
+    assert "persistent_workers=False" in stall.detail and "300.0 MiB" in stall.detail
+
+
+def test_unexplained_slow_steps_count_only_when_they_recur_at_a_period():
+    ms = [50.0] * 59
+    for n in (21, 22, 23, 24):
+        ms[n - 2] = 400.0
+    assert run_view(RunInputs(timeline=StepTimeline(end_s=_ends(ms)))).stalls == []
+    ms = [400.0 if n % 7 == 0 else 50.0 for n in range(2, 61)]
+    (stall,) = run_view(RunInputs(timeline=StepTimeline(end_s=_ends(ms)))).stalls
+    assert stall.cause == "unexplained" and stall.period_steps == 7
+
+
+def test_recompilations_are_grouped_by_their_guard_with_sizes_folded():
+    compiles = [CompileEvent(step=1, frame="forward (model.py:10)", seconds=2.0)] + [
+        CompileEvent(step=n, frame="forward (model.py:10)", seconds=1.0,
+                     reason=f"tensor 'x' size mismatch at index 1. expected {n}, actual {n + 9}")
+        for n in range(3, 10)]
+    timeline = StepTimeline(end_s=_ends([50.0] * 39), compiles=compiles,
+                            recompile_limit_hits=["forward (model.py:10)"])
+    c = run_view(RunInputs(timeline=timeline)).compile
+    assert c.compilations == 8 and c.recompilations == 7 and len(c.reasons) == 1
+    assert c.reasons[0].count == 7 and "size mismatch" in c.reasons[0].reason
+    assert c.after_first_step_s == pytest.approx(7.0) and c.limit_hits
+
+
+def test_without_dynamo_there_is_no_compile_section():
+    assert run_view(RunInputs(timeline=_timeline(30))).compile is None
+
+
+def test_an_out_of_memory_error_after_steady_growth_is_a_leak_and_the_ladder_is_withheld():
+    timeline = _timeline(50, grow=128 * MIB, noise=MIB)
+    oom = OutOfMemory(step=51, message="CUDA out of memory", device="cuda:0",
+                      capacity_bytes=8 * 2**30)
+    doc = diagnose_out_of_memory(oom, run=RunInputs(timeline=timeline))
+    assert doc.primary == "memory" and doc.run.growth.steady
+    assert doc.prescriptions[0].id == "memory.fix_leak"
+    assert {w.id for w in doc.withheld} >= {"memory.grad_accumulation",
+                                            "memory.activation_checkpointing"}
+    assert any(f.id == "memory.growth" for f in doc.findings)
+    assert doc.run.growth.full_at_step <= 51
+    # the same error without growth is a batch too big: the ladder is prescribed
+    flat = diagnose_out_of_memory(oom, run=RunInputs(timeline=_timeline(50, noise=MIB)))
+    assert "memory.grad_accumulation" in [p.id for p in flat.prescriptions]
+    assert "memory.fix_leak" not in [p.id for p in flat.prescriptions]
+
+
+def test_the_census_counts_a_list_of_outputs_kept_with_their_graph():
+    import torch
+
+    from torchtriage.capture.census import take_census
+
+    model = torch.nn.Linear(64, 64)
+    kept_outputs = [model(torch.randn(8, 64)) for _ in range(5)]
+    census = take_census(torch, step=5)
+    assert census.with_graph >= 5
+    top = census.holders[0]
+    assert top.name.startswith("kept_outputs (list) in ") and top.with_graph == 5
+    assert top.bytes == 5 * 8 * 64 * 4
+    del kept_outputs

@@ -1,0 +1,123 @@
+"""The whole-run view end to end on the user-style scripts of benchmarks/realworld/ (issue #33):
+`torchtriage run` over the whole run names a leak, a stall that recurs every epoch and
+recompilation with their figures, and the scripts' hand fixes make them go; `torchtriage fix`
+keeps no memory rung for a leak and keeps persistent workers for the epoch stalls. Sizes are
+benchmarks/whole_run.py's --quick ones (CPU)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import whole_run  # noqa: E402
+
+
+def _command(case: str, *extra: str) -> list[str]:
+    script = whole_run.CASES[case][0]
+    return whole_run.command(script, whole_run.QUICK[case], "cpu", shlex.join(extra))
+
+
+def _torchtriage(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torchtriage", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _run(tmp_path: Path, case: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / case
+    proc = _torchtriage("run", "--out", str(out), "--", *_command(case, *extra))
+    return proc, json.loads((out / "diagnosis.json").read_text())
+
+
+def test_a_run_long_leak_is_named_with_its_rate_its_oom_step_and_what_holds_it(tmp_path):
+    proc, doc = _run(tmp_path, "leak")
+    assert proc.returncode == 1 and "ran out of memory on step" in proc.stderr
+    growth = doc["run"]["growth"]
+    assert growth["steady"] and growth["source"] == "process_heap"
+    # each step keeps its logits: 16 x 32 x 2048 float32 = 4 MiB
+    assert 3.5 * 2**20 < growth["bytes_per_step"] < 5 * 2**20
+    oom_step = doc["out_of_memory"]["step"]
+    assert growth["full_at_step"] <= oom_step and growth["full_at_step"] >= oom_step - 5
+    assert growth["capacity_source"] == "RLIMIT_DATA (ulimit -d)"
+    assert growth["cause"] == "autograd_graph_retained"
+    assert growth["holders"][0]["name"].startswith("epoch_logits (list) in main()")
+    assert doc["prescriptions"][0]["id"] == "memory.fix_leak"
+    withheld = {w["id"] for w in doc["withheld"]}
+    assert {"memory.grad_accumulation", "memory.activation_checkpointing"} <= withheld
+    assert "a leak" in doc["summary"] and "Whole run:" in proc.stdout
+    report = _torchtriage("report", str(tmp_path / "leak"))
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "leak" / "report.html").read_text()
+    assert 'id="run"' in page and "MiB/step" in page
+
+
+def test_the_leaks_hand_fix_runs_to_the_end_with_flat_memory(tmp_path):
+    proc, doc = _run(tmp_path, "leak", "--fixed")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    growth = doc["run"]["growth"]
+    assert growth is not None and not growth["steady"]
+    assert "memory.fix_leak" not in [p["id"] for p in doc["prescriptions"]]
+    assert doc["run"]["compile"] is None  # never compiled: no compile section, no error
+
+
+def test_fix_keeps_no_memory_rung_for_a_leak(tmp_path):
+    out = tmp_path / "fix"
+    proc = _torchtriage("fix", "--out", str(out), "--budget", "2m", "--",
+                        *_command("leak"))
+    result = json.loads((out / "fix.json").read_text())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert result["kept"] == []
+    assert "a leak" in result["stopped_because"]
+    assert [(s["prescription"], s["result"]) for s in result["steps"]] == [
+        ("memory.fix_leak", "not_injectable")]
+
+
+def test_workers_spawned_again_every_short_epoch_are_a_recurring_stall(tmp_path):
+    proc, doc = _run(tmp_path, "short_epochs")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (stall,) = [s for s in doc["run"]["stalls"] if s["cause"] == "dataloader_restart"]
+    assert stall["period_steps"] == 4  # --epoch-steps 4
+    assert stall["share_of_run"] >= 0.3
+    assert "spawn start method" in stall["detail"] and "persistent_workers=False" in stall["detail"]
+    assert "the Dataset pickles to" in stall["detail"]
+    assert doc["primary"] == "data_loading"
+    assert doc["primary_rule"]["rule"] == "recurring_stall"
+    assert doc["prescriptions"][0]["id"] == "dataloader.persistent_workers"
+    fixed_proc, fixed = _run(tmp_path / "fixed", "short_epochs", "--fixed")
+    assert fixed_proc.returncode == 0
+    assert not [s for s in fixed["run"]["stalls"] if s["cause"] == "dataloader_restart"]
+
+
+def test_fix_keeps_persistent_workers_for_the_epoch_stalls(tmp_path):
+    out = tmp_path / "fix"
+    proc = _torchtriage("fix", "--out", str(out), "--budget", "100s", "--layers",
+                        "data_loading", "--only", "dataloader.persistent_workers", "--",
+                        *_command("short_epochs", "--epochs", "40"), timeout=400)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((out / "fix.json").read_text())
+    assert {"knob": "dataloader.persistent_workers", "value": True} in [
+        {"knob": k["knob"], "value": k["value"]} for k in result["kept"]], result["summary"]
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["as_written", "bucketed"])
+def test_a_compiled_model_fed_new_lengths_recompiles_to_the_limit(tmp_path, fixed):
+    proc, doc = _run(tmp_path, "varlen", *(["--fixed"] if fixed else []))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    c = doc["run"]["compile"]
+    ids = [p["id"] for p in doc["prescriptions"]]
+    if fixed:  # padded to 2 buckets (64, 96): at most one compilation per bucket
+        assert c["recompilations"] <= 3 and not c["limit_hits"]
+        assert "compile.dynamic" not in ids
+        return
+    assert c["recompilations"] >= 7 and c["limit_hits"]
+    assert "size mismatch" in c["reasons"][0]["reason"]
+    assert {"compile.dynamic", "compile.pad_buckets", "compile.recompile_limit"} <= set(ids)
+    (finding,) = [f for f in doc["findings"] if f["id"] == "run.compile"]
+    assert finding["severity"] == "warning" and "hit the recompile limit" in finding["message"]
+
