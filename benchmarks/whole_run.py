@@ -49,7 +49,7 @@ CASES = {
     "short_epochs": ("short_epochs_spawn.py",
                      "--workers 2 --dataset-size 6000 --epochs 12 --epoch-steps 6 "
                      "--batch-size 32",
-                     "--workers 8 --dataset-size 20000 --epochs 10 --epoch-steps 10"),
+                     "--workers 4 --dataset-size 20000 --epochs 8 --epoch-steps 10"),
     "varlen": ("compiled_varlen.py",
                "--backend eager --steps 120 --dim 64 --layers 2 --max-len 128 --log-interval 40",
                "--steps 120 --layers 2"),
@@ -94,6 +94,10 @@ def figures(doc: dict) -> str:
     for s in run.get("stalls", [])[:2]:
         out.append(f"stall {s['cause']} every {s['period_steps']} steps, "
                    f"{s['share_of_run']:.1%} of the run")
+        p = s.get("profile")
+        if p:
+            parts = ", ".join(f"{x['share']:.0%} {x['label']}" for x in p["parts"][:2])
+            out.append(f"step {p['step']} profiled ({p['wall_ms']:.0f} ms): {parts}")
     c = run.get("compile")
     if c:
         reason = (c.get("reasons") or [{}])[0].get("reason", "")[:70]

@@ -79,13 +79,23 @@ def test_fix_keeps_no_memory_rung_for_a_leak(tmp_path):
 
 
 def test_workers_spawned_again_every_short_epoch_are_a_recurring_stall(tmp_path):
-    proc, doc = _run(tmp_path, "short_epochs")
+    proc, doc = _run(tmp_path, "short_epochs", "--epochs", "9")  # room for a second window
     assert proc.returncode == 0, proc.stderr[-2000:]
     (stall,) = [s for s in doc["run"]["stalls"] if s["cause"] == "dataloader_restart"]
     assert stall["period_steps"] == 4  # --epoch-steps 4
     assert stall["share_of_run"] >= 0.3
     assert "spawn start method" in stall["detail"] and "persistent_workers=False" in stall["detail"]
     assert "the Dataset pickles to" in stall["detail"]
+    # a stall step, profiled by the second window: its time is the workers' start and the
+    # wait for their first batch
+    profile = stall["profile"]
+    assert profile["step"] in stall["steps"]
+    assert (tmp_path / "short_epochs" / profile["trace"]).is_file()
+    top = {p["label"]: p["share"] for p in profile["parts"][:2]}
+    assert set(top) == {"starting DataLoader workers",
+                        "waiting for the next batch (DataLoader __next__)"}
+    assert sum(top.values()) >= 0.8
+    assert f"step {profile['step']} profiled" in proc.stdout
     assert doc["primary"] == "data_loading"
     assert doc["primary_rule"]["rule"] == "recurring_stall"
     assert doc["prescriptions"][0]["id"] == "dataloader.persistent_workers"
@@ -121,3 +131,44 @@ def test_a_compiled_model_fed_new_lengths_recompiles_to_the_limit(tmp_path, fixe
     (finding,) = [f for f in doc["findings"] if f["id"] == "run.compile"]
     assert finding["severity"] == "warning" and "hit the recompile limit" in finding["message"]
 
+
+PERIODIC = """
+import json, time, torch, torch.nn as nn
+model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+history = []
+for step in range(1, 121):
+    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad(); loss.backward(); opt.step()
+    history.append(loss.item())
+    if step % 10 == 0:  # log the metrics: the whole history as JSON, to a slow store
+        time.sleep(0.15)
+        json.dumps([history] * 50)
+    if step % 25 == 0:
+        model.eval()
+        with torch.no_grad():
+            for _ in range(30):
+                model(torch.randn(256, 256))
+        model.train()
+"""
+
+
+def test_periodic_work_of_the_scripts_own_is_profiled_and_placed_outside_any_op(tmp_path):
+    """A script as users write one: metrics logged every 10 steps (no torch op: nothing the
+    timeline sees explains it) and an evaluation every 25."""
+    script = tmp_path / "train.py"
+    script.write_text(PERIODIC)
+    out = tmp_path / "run"
+    proc = _torchtriage("run", "--out", str(out), "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads((out / "diagnosis.json").read_text())
+    stalls = {s["cause"]: s for s in doc["run"]["stalls"]}
+    assert stalls["unexplained"]["period_steps"] == 10
+    assert stalls["evaluation"]["period_steps"] == 25
+    assert doc["primary"] == "host"
+    profiled = [s for s in stalls.values() if s.get("profile")]
+    assert len(profiled) == 1
+    (stall,) = profiled
+    assert stall["profile"]["parts"][0]["label"] == "Python outside any op"
+    assert stall["profile"]["parts"][0]["share"] > 0.5

@@ -21,6 +21,9 @@ session, so launcher processes such as ``torchrun`` itself are left alone.
   :class:`~torchtriage.capture.knob_host.KnobHost`.
 - ``max_steps`` stops the script cleanly (``SystemExit``) once that many steps ran; in timing
   mode a measured window shorter than ``timing_min_s`` runs on (one process only).
+- **The whole run**: every step's timeline (:mod:`~torchtriage.capture.timeline`) and, once
+  the window is done, a second window on a stall that recurs
+  (:mod:`~torchtriage.capture.stall_window`).
 - **Timing mode** (``mode="time"``, used by A/B trials): no profiler at all. Step boundaries
   are host clocks; when CUDA is in use the device is synchronised at exactly two boundaries,
   the end of warm-up and the last step, so the measured window's wall time is exact while the
@@ -46,6 +49,7 @@ from torchtriage.capture.profiling import ProfilingWindow
 from torchtriage.capture.record import record_fields
 from torchtriage.capture.session import is_out_of_memory
 from torchtriage.capture.signals import SignalRecorder
+from torchtriage.capture.stall_window import StallWindowRecorder
 from torchtriage.capture.steps import BACKWARD, MANUAL, StepClock, StepDetector
 from torchtriage.capture.timeline import TimelineRecorder
 from torchtriage.results.run import RunConfig, RunRecord, decode_config
@@ -125,6 +129,10 @@ class AutoRun:
             lambda: self.signals.ready, config.max_events, self.dataset.totals)
         self.memory = MemoryWatch()
         self.timeline = TimelineRecorder(self.clock.started, census=not self.timing)
+        self.stall_window = StallWindowRecorder(
+            self.out, self.clock, self.timeline.profiled_steps, self.timeline.events,
+            config.max_steps)
+        self.stall_window.on_annotate = self._annotate
         self._profiler_was_on = False  # the profiler ran at the end of the last step
         self.finished = False
         self._lock = threading.Lock()
@@ -216,6 +224,7 @@ class AutoRun:
             if self._rank_unclaimed:
                 self._rank_unclaimed = False
                 self.rank = self.dataset.rank = self.profiling.rank = claim_rank(self.out)
+                self.stall_window.rank = self.rank
             steps = self.clock.steps + 1
             if self.timing:
                 self._drain_before_measuring(steps)
@@ -230,6 +239,8 @@ class AutoRun:
             if not self.timing:
                 stop = self.profiling.step_ended(steps, may_start) \
                     and steps >= self.config.observe_steps
+                if self.config.timeline:  # the second window, once the first is done
+                    self.stall_window.step_ended(steps, first_window_done=self.profiling.done)
                 self._profiler_was_on = on or self._profiler_on()
             if self.config.timeline:
                 self.timeline.step_ended(steps, profiled)
@@ -238,8 +249,13 @@ class AutoRun:
             raise SystemExit(0)
 
     def _profiler_on(self) -> bool:
+        if self.stall_window.recording:
+            return True
         session = self.profiling.session
         return session is not None and session.trace_path is None and not self.profiling.done
+
+    def _annotate(self, on: bool) -> None:
+        self.timeline.annotate = on
 
     def _measure_longer(self, steps: int) -> None:
         """Timing mode: a measured window shorter than ``timing_min_s`` goes on for as many
@@ -296,8 +312,12 @@ class AutoRun:
         oom = failed and is_out_of_memory(exc)
         if oom and self.config.timeline:
             self.timeline.ran_out_of_memory(exc)
-        extra["timeline"] = (self.timeline.record(self.clock.ends, self.config.device_memory)
-                             if self.config.timeline else None)
+        if self.config.timeline:
+            self.stall_window.finish()
+            extra["timeline"] = self.timeline.record(self.clock.ends, self.config.device_memory)
+            extra["timeline"].stall_windows = list(self.stall_window.windows)
+        else:
+            extra["timeline"] = None
         extra["machine"] = self.profiling.stop_sampling()
         extra["exit_exception"] = f"{type(exc).__name__}: {exc}" if failed else None
         extra["out_of_memory"] = self.memory.report(exc) if oom else None

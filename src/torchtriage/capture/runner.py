@@ -30,7 +30,7 @@ from torchtriage.capture import interrupt, processes
 from torchtriage.capture.rundir import claim_run_dir
 from torchtriage.diagnosis.diagnose import diagnose_out_of_memory
 from torchtriage.diagnosis.job import JobDiagnosis
-from torchtriage.diagnosis.result import Diagnosis
+from torchtriage.diagnosis.result import Diagnosis, StallProfile, StepTimeline
 from torchtriage.diagnosis.run_view import RunInputs
 from torchtriage.diagnosis.traces import DiagnoseOptions, diagnose_traces
 from torchtriage.errors import TorchtriageError
@@ -252,7 +252,7 @@ def write_diagnosis(result: RunResult, device_memory: int | None, top: int = 10)
             rank = next(r for r in result.records if r.out_of_memory)
             result.diagnosis = diagnose_out_of_memory(
                 report, device_memory=device_memory, machine=result.records[0].machine,
-                run=run_inputs(result.records).get(rank.rank))
+                run=run_inputs(result.records, result.out).get(rank.rank))
             result.diagnosis.write(target)
         return
     # rank 0's diagnosis holds for these traces and every run record (a rank that finished
@@ -297,13 +297,13 @@ def diagnose_run_dir(out: Path, traces: list[Path], records: list[RunRecord],
                      device_memory: int | None, top: int = 10) -> Diagnosis | JobDiagnosis:
     """Diagnose rank traces (with each rank's machine samples) into ``out/diagnosis.json``:
     one diagnosis, or the job diagnosis (``torchtriage.job/1``) over several ranks."""
-    doc = diagnose_traces(traces, run_dir_options(records, device_memory, top))
+    doc = diagnose_traces(traces, run_dir_options(records, device_memory, top, out))
     doc.write(out / "diagnosis.json")
     return doc
 
 
-def run_dir_options(records: list[RunRecord], device_memory: int | None, top: int = 10
-                    ) -> DiagnoseOptions:
+def run_dir_options(records: list[RunRecord], device_memory: int | None, top: int = 10,
+                    out: Path | None = None) -> DiagnoseOptions:
     """How a run directory's traces are diagnosed: with each rank's machine samples, window
     checks and out-of-memory report from its run record, in this process (no fork: this may
     be the training process)."""
@@ -313,17 +313,44 @@ def run_dir_options(records: list[RunRecord], device_memory: int | None, top: in
         machine={r.rank: r.machine for r in records},
         out_of_memory={r.rank: r.out_of_memory for r in records if r.out_of_memory},
         windows={r.rank: r.windows for r in records if r.windows},
-        runs=run_inputs(records),
+        runs=run_inputs(records, out),
         workers=1)
 
 
-def run_inputs(records: list[RunRecord]) -> dict[int, RunInputs]:
-    """Each rank's step timeline with what the whole-run view reads beside it."""
+def run_inputs(records: list[RunRecord], out: Path | None = None) -> dict[int, RunInputs]:
+    """Each rank's step timeline with what the whole-run view reads beside it: with the run
+    directory ``out``, the stall step its second window profiled."""
     job_steps = max((len(r.timeline.end_s) for r in records if r.timeline), default=0)
     return {r.rank: RunInputs(timeline=r.timeline, compile=r.compile,
                               exit_exception=r.exit_exception, job_steps=job_steps or None,
-                              first_step_s=r.first_step_s)
+                              first_step_s=r.first_step_s,
+                              stall_profile=_stall_profile(out, r.timeline))
             for r in records if r.timeline is not None and r.timeline.end_s}
+
+
+def _stall_profile(out: Path | None, timeline: StepTimeline) -> StallProfile | None:
+    """The last stall step the second window kept (capture/stall_window.py), analysed from
+    its trace; None without one, or when its trace cannot be read (a warning)."""
+    window = next((w for w in reversed(timeline.stall_windows) if w.trace and w.stalled),
+                  None)
+    if out is None or window is None or window.trace is None:
+        return None
+    from torchtriage.analysis.step_parts import step_parts
+    from torchtriage.analysis.steps import find_steps
+    from torchtriage.diagnosis.run_view import stall_profile
+    from torchtriage.trace import load_trace
+
+    try:
+        trace = load_trace(out / window.trace)
+        steps = find_steps(trace)
+        parts = step_parts(trace, steps, int(steps.numbers.max())) if len(steps) else None
+    except (OSError, TorchtriageError) as exc:
+        log.warning("torchtriage: the stall window's trace %s cannot be read (%s)",
+                    window.trace, exc)
+        return None
+    if parts is None:
+        return None
+    return stall_profile(parts, step=window.step, wall_ms=window.step_ms, trace=window.trace)
 
 
 def rank_files(out: Path) -> tuple[list[Path], list[RunRecord]]:

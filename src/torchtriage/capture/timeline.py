@@ -20,6 +20,8 @@ Inside steps, what the evidence of a recurring stall needs, from patched entry p
 - an evaluation: the outermost ``Module.train(False)`` on a module in training mode until the
   same module's ``train(True)``;
 - a checkpoint: each ``torch.save`` and its duration;
+- while the second window records (capture/stall_window.py), each of these runs inside a
+  ``record_function`` range of its own (``torchtriage: ...``), so its trace names them;
 - torch.compile: each new entry of dynamo's compilation metrics (frame, time, the guard that
   failed), read at the boundary that follows it; dynamo's warning that a frame hit the
   recompile limit (it then runs eager), caught by a handler on its logger.
@@ -33,6 +35,7 @@ The timeline stops growing after ``MAX_STEPS`` steps.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import multiprocessing
@@ -44,6 +47,11 @@ import time
 from typing import Any
 
 from torchtriage.analysis.growth import within_segment_slope
+from torchtriage.analysis.step_parts import (
+    CHECKPOINT_RANGE,
+    EVALUATION_RANGE,
+    LOADER_START_RANGE,
+)
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.result import CompileEvent, RunEvent, StepTimeline, TensorCensus
 
@@ -108,6 +116,8 @@ class TimelineRecorder:
         self._last_metric: object = None
         self._next_census: int | None = None
         self._eval_open: dict[int, tuple[float, int]] = {}
+        self._eval_ranges: dict[int, Any] = {}  # evaluations opened while annotating
+        self.annotate = False  # the second window records: name what it patches (ranges)
         self._local = threading.local()
         self._pickled_once = False
         self._steps = 0
@@ -144,7 +154,8 @@ class TimelineRecorder:
 
         def patched_init(it, loader, *args, **kwargs):
             start = recorder._now()
-            init(it, loader, *args, **kwargs)
+            with recorder.profiler_range(LOADER_START_RANGE):
+                init(it, loader, *args, **kwargs)
             try:
                 method = _start_method(loader)
                 event = recorder._event(
@@ -198,8 +209,14 @@ class TimelineRecorder:
         key = id(module)
         if was and not mode:
             self._eval_open[key] = (self._now(), self._steps + 1)
+            if self.annotate:
+                self._eval_ranges[key] = self._enter_range(
+                    f"{EVALUATION_RANGE} ({type(module).__name__})")
         elif mode and not was and key in self._eval_open:
             start, step = self._eval_open.pop(key)
+            opened = self._eval_ranges.pop(key, None)
+            if opened is not None:
+                opened.__exit__(None, None, None)
             event = self._event(kind="evaluation", start_s=round(start, 6),
                                 duration_s=round(self._now() - start, 6),
                                 detail=type(module).__name__)
@@ -215,7 +232,8 @@ class TimelineRecorder:
         def patched_save(obj, f, *args, **kwargs):
             start = recorder._now()
             try:
-                return save(obj, f, *args, **kwargs)
+                with recorder.profiler_range(CHECKPOINT_RANGE):
+                    return save(obj, f, *args, **kwargs)
             finally:
                 name = os.path.basename(os.fspath(f)) if isinstance(f, (str, os.PathLike)) \
                     else type(f).__name__
@@ -224,6 +242,27 @@ class TimelineRecorder:
 
         patched_save._torchtriage = True
         torch.save = patched_save
+
+    # --- ranges for the second window -------------------------------------------------
+
+    def _enter_range(self, name: str) -> Any:
+        torch = sys.modules["torch"]
+        opened = torch.autograd.profiler.record_function(name)
+        opened.__enter__()
+        return opened
+
+    @contextlib.contextmanager
+    def profiler_range(self, name: str):
+        """A ``record_function`` range named ``name`` while :attr:`annotate` is set (the
+        second window records: capture/stall_window.py); nothing otherwise."""
+        if not self.annotate:
+            yield
+            return
+        opened = self._enter_range(name)
+        try:
+            yield
+        finally:
+            opened.__exit__(None, None, None)
 
     # --- step boundaries --------------------------------------------------------------
 

@@ -62,7 +62,8 @@ def report(args: argparse.Namespace) -> int:
         _, records = rank_files(run_dir)
         if records:
             options = msgspec.structs.replace(
-                run_dir_options(records, options.device_memory), strict=args.strict, workers=None)
+                run_dir_options(records, options.device_memory, out=run_dir), strict=args.strict,
+                workers=None)
     try:
         doc, details = diagnose_traces_with_detail(run_dir, options)
     except TraceError:

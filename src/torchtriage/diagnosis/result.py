@@ -383,6 +383,22 @@ class TensorCensus(msgspec.Struct, kw_only=True):
     holders: list[TensorHolder] = []  # the containers holding most of them
 
 
+class StallWindow(msgspec.Struct, kw_only=True):
+    """The second profiling window, placed on a step where a recurring stall is due
+    (capture/stall_window.py): one step, recorded without shapes, memory or stacks."""
+
+    step: int  # the step profiled, counted from the first step
+    period_steps: int  # the period the stalls seen so far recur at
+    predicted_from: list[int]  # those stall steps (the last few)
+    threshold_ms: float  # a step above this stalled (the online scan's)
+    step_ms: float | None = None  # the profiled step's wall time, once it ended
+    stalled: bool | None = None  # it was a stall (the prediction held)
+    trace: str | None = None  # the trace, relative to the run directory
+    cut_after_s: float | None = None  # the profiler was stopped this far into the step
+    partial: bool = False  # training ended inside the window
+    error: str | None = None  # why no trace was kept
+
+
 class StepTimeline(msgspec.Struct, kw_only=True):
     """Every training step of one process, recorded without the profiler: a clock read and a
     memory counter per step boundary, and what happened inside steps (capture/timeline.py)."""
@@ -401,6 +417,7 @@ class StepTimeline(msgspec.Struct, kw_only=True):
     recompile_limit_hits: list[str] = []  # dynamo's warnings: frames that fell back to eager
     census: list[TensorCensus] = []  # taken when the memory grew (at most two)
     truncated_at: int | None = None  # recording stopped after this many steps
+    stall_windows: list[StallWindow] = []  # second windows placed on stalls (at most two)
 
 
 class MemoryGrowth(msgspec.Struct, kw_only=True):
@@ -426,6 +443,27 @@ class MemoryGrowth(msgspec.Struct, kw_only=True):
     evidence: list[Evidence] = []
 
 
+class StallPart(msgspec.Struct, kw_only=True):
+    """Where part of a profiled stall step went."""
+
+    label: str
+    ms: float
+    share: float  # of the recorded step
+
+
+class StallProfile(msgspec.Struct, kw_only=True):
+    """A stall step as the second profiling window recorded it
+    (:mod:`~torchtriage.analysis.step_parts`)."""
+
+    step: int
+    wall_ms: float  # the step's wall time (the timeline's)
+    recorded_ms: float  # what the trace holds of it (less when the profiler was cut)
+    parts: list[StallPart]  # the host's time by what ran, largest first
+    top_ops: list[StallPart] = []  # the longest top-level ops, by summed time
+    device_busy_ms: float | None = None  # GPU: kernels and copies in the step (union)
+    trace: str = ""  # relative to the run directory
+
+
 class RecurringStall(msgspec.Struct, kw_only=True):
     """Steps far above the run's median step, of one cause."""
 
@@ -438,6 +476,7 @@ class RecurringStall(msgspec.Struct, kw_only=True):
     share_of_run: float  # excess_s over the run's wall time (first step to last)
     detail: str  # what the evidence says about the cause
     evidence: list[Evidence] = []
+    profile: StallProfile | None = None  # one of these steps, profiled (a second window)
 
 
 class RecompileReason(msgspec.Struct, kw_only=True):

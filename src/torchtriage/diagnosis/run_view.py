@@ -19,7 +19,9 @@ memory that grows, stalls that recur, what torch.compile did, and what the timel
   that overlaps it longest (a DataLoader's worker start, an evaluation, a ``torch.save``) or
   a compilation at it; else ``unexplained``. Stalls of one cause that occur at least twice are
   reported with their period and share of the run's wall time (the first step's end to the
-  last's); unexplained ones only when they recur at a period.
+  last's); unexplained ones only when they recur at a period. A stall step profiled by the
+  second window (capture/stall_window.py; its steps are not left out as profiled) joins the
+  stall holding it, with where its time went (analysis/step_parts.py).
 - **Compilation**: dynamo's compilations per frame, recompilations grouped by their guard
   failure (numbers in the reason folded, so sizes 37 and 45 are one reason), the frames that
   hit the recompile limit, graph breaks (from the run record), and the ops whose shapes
@@ -38,6 +40,7 @@ import msgspec
 
 from torchtriage.analysis.growth import fit_growth
 from torchtriage.analysis.stalls import excess_ms, find_stalls, period
+from torchtriage.analysis.step_parts import StepParts
 from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.result import (
     CompileRun,
@@ -48,6 +51,8 @@ from torchtriage.diagnosis.result import (
     RecompileReason,
     RecurringStall,
     RunView,
+    StallPart,
+    StallProfile,
     StepTimeline,
 )
 from torchtriage.diagnosis.vocabulary import StallCause
@@ -65,6 +70,8 @@ class RunInputs(msgspec.Struct, frozen=True, kw_only=True):
     exit_exception: str | None = None  # how the script failed, when it did
     job_steps: int | None = None  # the most steps any rank of the job recorded
     first_step_s: float | None = None
+    # a stall step profiled by the second window (capture/runner.py reads its trace)
+    stall_profile: StallProfile | None = None
 
 
 def run_view(inputs: RunInputs, *, out_of_memory: OutOfMemory | None = None,
@@ -76,6 +83,8 @@ def run_view(inputs: RunInputs, *, out_of_memory: OutOfMemory | None = None,
     step_ms = [round((b - a) * 1e3, 3) for a, b in itertools.pairwise(ends)]
     numbers = list(range(2, len(ends) + 1))
     profiled = {n for first, last in t.profiled for n in range(first, last + 1)}
+    # the second window's steps (capture/stall_window.py) are stalls, recorded lightly
+    profiled -= {n for w in t.stall_windows for n in (w.step - 1, w.step)}
     kept = [ms for n, ms in zip(numbers, step_ms, strict=True) if n not in profiled]
     median = statistics.median(kept) if kept else 0.0
     wall_s = ends[-1] - ends[0] if len(ends) > 1 else 0.0
@@ -83,7 +92,8 @@ def run_view(inputs: RunInputs, *, out_of_memory: OutOfMemory | None = None,
     view = RunView(steps=len(ends), wall_s=round(wall_s, 4), median_step_ms=round(median, 3),
                    first_step_s=inputs.first_step_s, memory_source=t.memory_source,
                    growth=growth, growth_not_assessed=why_not,
-                   stalls=_stalls(t, numbers, step_ms, profiled, wall_s),
+                   stalls=_with_profile(_stalls(t, numbers, step_ms, profiled, wall_s),
+                                        inputs.stall_profile),
                    compile=_compile(inputs, wall_s, dynamic_shapes or []),
                    gaps=_gaps(inputs, out_of_memory))
     _plot(view, t, step_ms)
@@ -267,6 +277,51 @@ def _stalls(t: StepTimeline, numbers: list[int], step_ms: list[float], profiled:
                          source=th.RUN_STALL_SIGNIFICANT.source)]))
     out.sort(key=lambda s: -s.share_of_run)
     return out
+
+
+def _with_profile(stalls: list[RecurringStall], profile: StallProfile | None
+                  ) -> list[RecurringStall]:
+    """The profiled stall step goes to the stall that holds it; for an unexplained one, its
+    largest part says where the time went."""
+    for stall in stalls if profile is not None else ():
+        if profile.step not in stall.steps:
+            continue
+        stall.profile = profile
+        if stall.cause == "unexplained" and profile.parts:
+            part = profile.parts[0]
+            stall.detail += (f"; the profiled stall (step {profile.step}) spent "
+                             f"{part.share:.0%} of its time in {part.label}")
+        stall.evidence.append(Evidence(
+            metric="stall_step_profiled_ms", value=profile.wall_ms,
+            unit=f"ms, step {profile.step} profiled by a second window: " + profile_summary(
+                profile)))
+        break
+    return stalls
+
+
+def profile_summary(profile: StallProfile, parts: int = 3) -> str:
+    """``89% waiting for the next batch (DataLoader __next__), 8% ...``: the largest parts."""
+    shown = ", ".join(f"{p.share:.0%} {p.label}" for p in profile.parts[:parts])
+    cut = (f" (the first {profile.recorded_ms / 1e3:.1f} s recorded)"
+           if profile.recorded_ms < 0.95 * profile.wall_ms else "")
+    return shown + cut
+
+
+def stall_profile(parts: StepParts, *, step: int, wall_ms: float | None, trace: str
+                  ) -> StallProfile:
+    """The second window's step (:mod:`~torchtriage.analysis.step_parts`) as a record."""
+    recorded = parts.recorded_us / 1e3
+    base = recorded or 1.0
+
+    def part(label: str, us: float) -> StallPart:
+        return StallPart(label=label, ms=round(us / 1e3, 3), share=round(us / 1e3 / base, 4))
+
+    return StallProfile(
+        step=step, wall_ms=round(wall_ms if wall_ms is not None else recorded, 3),
+        recorded_ms=round(recorded, 3), parts=[part(*p) for p in parts.parts],
+        top_ops=[part(*p) for p in parts.top_ops],
+        device_busy_ms=(round(parts.device_busy_us / 1e3, 3)
+                        if parts.device_busy_us is not None else None), trace=trace)
 
 
 def _attribute(step: int, start_s: float, end_s: float, t: StepTimeline

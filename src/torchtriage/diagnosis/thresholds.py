@@ -464,6 +464,13 @@ STALL_PERIOD_TOLERANCE = Threshold(
     "this fraction of their median gap",
     "torchtriage default: epochs of equal length, intervals counted in steps",
 )
+STALL_WINDOW_MAX_S = Threshold(
+    "stall_window_max_s", 10.0, "seconds",
+    "the second profiling window, placed on a recurring stall, records at most this much of "
+    "the stall step (the profiler is stopped there and the recorded part is analysed)",
+    "torchtriage default: about 10 s of ops, kernels and ranges without shapes or memory "
+    "stays under the profile_events_budget on the GPU cases of benchmarks/whole_run.py",
+)
 RUN_STALL_SIGNIFICANT = Threshold(
     "run_stall_significant", 0.10, "share of the run's wall time",
     "recurring stalls of one cause costing this share of the whole run make the cause's layer "
@@ -543,6 +550,7 @@ ALL: tuple[Threshold, ...] = (
     STALL_RATIO,
     STALL_MIN_MS,
     STALL_PERIOD_TOLERANCE,
+    STALL_WINDOW_MAX_S,
     RUN_STALL_SIGNIFICANT,
     RECOMPILE_SIGNIFICANT,
     RECOMPILE_MIN_COUNT,

@@ -347,7 +347,7 @@ class TrainerWindow:
             self.log.warning(message)
             return WindowResult(message, self.out)
         doc, details = diagnose_traces_with_detail(
-            traces, run_dir_options(records, self.device_memory, self.top))
+            traces, run_dir_options(records, self.device_memory, self.top, self.out))
         doc.write(self.out / "diagnosis.json")
         report = None
         if self.report:

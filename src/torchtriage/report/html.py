@@ -196,7 +196,29 @@ def _run_section(page: Page, d: Diagnosis) -> str:
                          "line": {"color": "#8b5cf6"}})
             layout["yaxis2"] = {"title": "MiB", "overlaying": "y", "side": "right"}
         figure = page.figure(data, layout)
-    return (f'<section id="run"><h2>The whole run</h2><ul>{items}</ul>{figure}</section>')
+    return (f'<section id="run"><h2>The whole run</h2><ul>{items}</ul>{figure}'
+            f'{_stall_tables(view)}</section>')
+
+
+def _stall_tables(view) -> str:
+    """Each profiled stall step (the second window): where its time went."""
+    out = []
+    for stall in view.stalls:
+        p = stall.profile
+        if p is None:
+            continue
+        rows = "".join(f'<tr><td>{esc(part.label)}</td><td class="num">{part.ms:.1f}</td>'
+                       f'<td class="num">{part.share:.1%}</td></tr>' for part in p.parts)
+        ops = "".join(f'<tr><td>{esc(op.label)}</td><td class="num">{op.ms:.1f}</td>'
+                      f'<td class="num">{op.share:.1%}</td></tr>' for op in p.top_ops)
+        device = (f"; the GPU was busy {p.device_busy_ms:.1f} ms of it"
+                  if p.device_busy_ms is not None else "")
+        out.append(f'<h3>Stall step {p.step}, profiled ({p.wall_ms:.0f} ms{esc(device)}; '
+                   f'trace {esc(p.trace)})</h3><table class="stall-profile"><tr><th>part</th>'
+                   f'<th class="num">ms</th><th class="num">share</th></tr>{rows}</table>'
+                   + (f'<table class="stall-ops"><tr><th>top-level op</th><th class="num">ms'
+                      f'</th><th class="num">share</th></tr>{ops}</table>' if ops else ""))
+    return "".join(out)
 
 
 def _layers_table(d: Diagnosis) -> str:

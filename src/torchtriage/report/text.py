@@ -16,6 +16,8 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from torchtriage.diagnosis.run_view import profile_summary
+
 # C0 and C1 control characters but tab and newline
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -67,6 +69,9 @@ def run_lines(view) -> list[str]:
         every = f"every {s.period_steps} steps" if s.period_steps else f"{len(s.steps)} times"
         lines.append(f"stalls {every} ({s.cause.replace('_', ' ')}): {s.stall_ms_median:.0f} ms "
                      f"each, {s.share_of_run:.1%} of the run")
+        if s.profile is not None:
+            lines.append(f"  step {s.profile.step} profiled: {s.profile.wall_ms:.0f} ms, "
+                         f"{profile_summary(s.profile)}")
     c = view.compile
     if c is not None:
         lines.append(f"torch.compile: {c.compilations} compilation(s), {c.recompilations} "

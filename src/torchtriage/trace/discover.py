@@ -14,12 +14,17 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 _OWN_FILES = re.compile(r"^(diagnosis|run(\.rank\d+)?|window\.rank\d+|ab|compare|fix)\.json$")
 
 
+# a run directory's folders of traces that are not its windows: set aside, the stall window's
+_ASIDE = frozenset({"superseded", "stall"})
+
+
 def find_trace_files(path: str | os.PathLike[str]) -> list[Path]:
     """The trace files at ``path``, sorted by name.
 
     A file is returned as is, whatever its suffix. A directory is searched (not recursively,
     then one level down when the top holds none, which is the layout of a run directory with a
-    ``traces/`` folder) for ``*.json`` and ``*.json.gz``.
+    ``traces/`` folder, never into a run directory's ``superseded/`` and ``stall/``) for
+    ``*.json`` and ``*.json.gz``.
 
     Raises:
         TraceError: the path does not exist, or the directory holds no trace files.
@@ -31,7 +36,7 @@ def find_trace_files(path: str | os.PathLike[str]) -> list[Path]:
         return [p]
     found = _traces_in(p)
     if not found:
-        for sub in sorted(q for q in p.iterdir() if q.is_dir()):
+        for sub in sorted(q for q in p.iterdir() if q.is_dir() and q.name not in _ASIDE):
             found.extend(_traces_in(sub))
     if not found:
         raise TraceError(f"{p}: directory holds no trace files (*.json, *.json.gz)")

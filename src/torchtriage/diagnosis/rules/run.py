@@ -8,6 +8,7 @@ from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID
 from torchtriage.diagnosis.result import Evidence, Finding, RecurringStall
 from torchtriage.diagnosis.rules.base import Facts, Verdict
+from torchtriage.diagnosis.run_view import profile_summary
 from torchtriage.diagnosis.vocabulary import Layer, StallCause
 
 # the layer a recurring stall's cause belongs to (the primary rule's recurring_stall branch)
@@ -32,8 +33,16 @@ def stall_finding(stall: RecurringStall) -> Finding:
         message=f"Steps stall {every} (steps {listed}): {stall.stall_ms_median:.0f} ms against "
                 f"a median step of {stall.median_step_ms:.1f} ms, {stall.excess_s:.2f} s in "
                 f"all, {stall.share_of_run:.1%} of the run's wall time. Cause "
-                f"({stall.cause.replace('_', ' ')}): {stall.detail}.",
+                f"({stall.cause.replace('_', ' ')}): {stall.detail}." + _profiled(stall),
         evidence=list(stall.evidence))
+
+
+def _profiled(stall: RecurringStall) -> str:
+    p = stall.profile
+    if p is None:
+        return ""
+    return (f" Step {p.step}, profiled by a second window, took {p.wall_ms:.0f} ms: "
+            f"{profile_summary(p)} (trace {p.trace}).")
 
 
 class _StallRule:
