@@ -202,3 +202,84 @@ def test_the_census_counts_a_list_of_outputs_kept_with_their_graph():
     assert top.name.startswith("kept_outputs (list) in ") and top.with_graph == 5
     assert top.bytes == 5 * 8 * 64 * 4
     del kept_outputs
+
+
+# --- recompilation over the run as the verdict ------------------------------------------------
+
+
+def _kernel_bound_cpu_trace(tmp_path):
+    """Six 10 ms CPU steps, each all one matmul: kernel at compute_bound, compile.default."""
+    from conftest import profiler_steps, write_trace, x
+
+    from torchtriage.trace import load_trace
+
+    return load_trace(write_trace(tmp_path / "cpu.json", profiler_steps(
+        6, lambda t: [x("aten::mm", t + 100, 9_800)])))
+
+
+def _recompiling(recompiles: int, seconds: float, steps: int = 60, limit: bool = False):
+    compiles = [CompileEvent(step=1, frame="forward (model.py:10)", seconds=2.0)] + [
+        CompileEvent(step=n, frame="forward (model.py:10)", seconds=seconds,
+                     reason=f"tensor 'x' size mismatch at index 1. expected {n}, actual {n + 9}")
+        for n in range(3, 3 + recompiles)]
+    return StepTimeline(end_s=_ends([50.0] * (steps - 1)), compiles=compiles,
+                        recompile_limit_hits=["forward (model.py:10)"] if limit else [])
+
+
+def test_a_run_that_spends_its_time_recompiling_is_host_bound_whatever_the_window(tmp_path):
+    """The window (here kernel-bound) can sit among the recompiles, whose own tracing a CPU
+    trace counts as op time; over the run, compile time after the first step at
+    run_stall_significant names host, with compile.dynamic first, and a run that compiles
+    already is not told to compile its model."""
+    from torchtriage.diagnosis.diagnose import diagnose
+
+    trace = _kernel_bound_cpu_trace(tmp_path)
+    alone = diagnose(trace)
+    assert alone.primary == "kernel" and alone.prescriptions[0].id == "compile.default"
+    # 8 recompiles of 0.3 s in a 3 s run: 80% of it compiling, one frame at the limit
+    doc = diagnose(trace, run=RunInputs(timeline=_recompiling(8, 0.3, limit=True)))
+    assert doc.primary == "host" and doc.primary_rule.rule == "run_recompiling"
+    assert doc.primary_rule.evidence[0].metric == "recompile_share_of_run"
+    assert doc.prescriptions[0].id == "compile.dynamic"
+    assert "recompiled 8 time(s)" in doc.summary and "over the run's 60 steps" in doc.summary
+    held = {w.id: w for w in doc.withheld}
+    assert "compile.default" in held and "compiles already" in held["compile.default"].reason
+    assert "compile.default" not in [p.id for p in doc.prescriptions]
+
+
+def test_a_few_recompiles_or_a_small_share_leave_the_window_its_verdict(tmp_path):
+    """Two recompiles (below recompile_min_count, no limit hit) cost a large share here, and
+    eight cost 2% of a long run: neither is the verdict; compiling the model stays withheld
+    (it is compiled), the next compile mode does not."""
+    from torchtriage.diagnosis.diagnose import diagnose
+
+    trace = _kernel_bound_cpu_trace(tmp_path)
+    few = diagnose(trace, run=RunInputs(timeline=_recompiling(2, 0.5)))
+    cheap = diagnose(trace, run=RunInputs(timeline=_recompiling(8, 0.01, steps=200)))
+    for doc in (few, cheap):
+        assert doc.primary == "kernel" and doc.primary_rule.rule == "compute_bound", doc.summary
+        assert "compile.default" in {w.id for w in doc.withheld}
+        assert "compile.max_autotune" in [p.id for p in doc.prescriptions]
+
+
+def test_of_a_recurring_stall_and_recompilation_the_larger_share_names_the_layer(tmp_path):
+    from torchtriage.diagnosis.diagnose import diagnose
+
+    trace = _kernel_bound_cpu_trace(tmp_path)
+
+    def with_restarts(recompile_s: float):
+        ms = [50.0] * 59
+        for n in range(10, 60, 10):
+            ms[n - 2] = 550.0
+        ends = _ends(ms)
+        events = [RunEvent(kind="loader_start", step=n, start_s=ends[n - 2] + 0.001,
+                           duration_s=0.5, workers=4, persistent=False, start_method="spawn")
+                  for n in range(10, 60, 10)]
+        t = _recompiling(8, recompile_s)
+        return StepTimeline(end_s=ends, events=events, compiles=t.compiles)
+
+    # restarts: 2.5 s of a 5.4 s run; recompiles 8 x 0.05 s (7%) or 8 x 0.5 s (74%)
+    stalled = diagnose(trace, run=RunInputs(timeline=with_restarts(0.05)))
+    assert stalled.primary_rule.rule == "recurring_stall" and stalled.primary == "data_loading"
+    compiling = diagnose(trace, run=RunInputs(timeline=with_restarts(0.5)))
+    assert compiling.primary_rule.rule == "run_recompiling" and compiling.primary == "host"

@@ -128,6 +128,10 @@ def test_a_compiled_model_fed_new_lengths_recompiles_to_the_limit(tmp_path, fixe
     assert c["recompilations"] >= 7 and c["limit_hits"]
     assert "size mismatch" in c["reasons"][0]["reason"]
     assert {"compile.dynamic", "compile.pad_buckets", "compile.recompile_limit"} <= set(ids)
+    # the run compiles already: compiling the model is not a fix; recompiling is the verdict
+    assert "compile.default" not in ids, ids
+    assert c["share_of_run"] >= 0.10, c
+    assert doc["primary_rule"]["rule"] == "run_recompiling" and ids[0] == "compile.dynamic"
     (finding,) = [f for f in doc["findings"] if f["id"] == "run.compile"]
     assert finding["severity"] == "warning" and "hit the recompile limit" in finding["message"]
 

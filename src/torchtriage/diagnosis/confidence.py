@@ -39,11 +39,13 @@ def verdict_confidence(facts, primary: str, runner_up: str | None, memory_verdic
     Returns:
         ``(level, evidence)``: one of CONFIDENCE_LEVELS and the margin it came from.
     """
-    if primary_rule.rule == "recurring_stall":
+    if primary_rule.rule in ("recurring_stall", "run_recompiling"):
         share = primary_rule.evidence[0].value
+        what = "in stalls" if primary_rule.rule == "recurring_stall" else "compiling"
         level, ev = _margin_evidence(
-            "stall_share_over_threshold", share - th.RUN_STALL_SIGNIFICANT.value,
-            "share of the run's wall time in stalls above run_stall_significant")
+            "stall_share_over_threshold" if primary_rule.rule == "recurring_stall"
+            else "recompile_share_over_threshold", share - th.RUN_STALL_SIGNIFICANT.value,
+            f"share of the run's wall time {what} above run_stall_significant")
     elif primary_rule.rule == "loader_outpaced":
         # at steady state a step waits 1 - work/period of its time for data
         ratio = primary_rule.evidence[0].value

@@ -41,7 +41,7 @@ from torchtriage.diagnosis.primary import (
     time_primary,
 )
 from torchtriage.diagnosis.rules.memory import growth_verdict, leak_withholds
-from torchtriage.diagnosis.rules.run import STALL_REMEDY
+from torchtriage.diagnosis.rules.run import RECOMPILE_LEAD, STALL_REMEDY
 from torchtriage.diagnosis.run_view import RunInputs, run_view
 from torchtriage.diagnosis.vocabulary import (
     CONFIDENCE_LEVELS,
@@ -138,8 +138,9 @@ def diagnose(
             message=f"{len(dynamic)} ops change input shapes between steps "
                     f"(e.g. {dynamic[0].name}): torch.compile recompiles, allocator fragments."))
 
-    lead = tuple(STALL_REMEDY[s.cause] for s in facts.run.stalls if s.cause in STALL_REMEDY) \
-        if primary_rule.rule == "recurring_stall" else ()
+    lead = (tuple(STALL_REMEDY[s.cause] for s in facts.run.stalls if s.cause in STALL_REMEDY)
+            if primary_rule.rule == "recurring_stall" else
+            RECOMPILE_LEAD if primary_rule.rule == "run_recompiling" else ())
     prescriptions, withheld = _prescriptions(primary, ranked, facts, verdicts, lead)
     layers = {
         layer: r.LayerResult(share=round(facts.share(layer), 4) if layer in TIME_LAYERS else 0.0,
@@ -583,6 +584,11 @@ def _summary(primary, facts, b: r.Breakdown, prescriptions, withheld=(),
                 "per step over the run (a leak)")
     elif primary == "memory":
         what = "memory is the bottleneck: the job is at its device memory limit"
+    elif primary_rule is not None and primary_rule.rule == "run_recompiling":
+        c = facts.run.compile
+        what = (f"{primary} is the bottleneck over the run: torch.compile recompiled "
+                f"{c.recompilations} time(s), {c.share_of_run:.0%} of its wall time compiling "
+                "after the first step")
     elif primary_rule is not None and primary_rule.rule == "recurring_stall":
         stall = next(s for s in facts.run.stalls if s.cause != "unexplained")
         what = (f"{primary} is the bottleneck over the run: stalls "
@@ -591,4 +597,8 @@ def _summary(primary, facts, b: r.Breakdown, prescriptions, withheld=(),
                 "wall time")
     else:
         what = f"{primary} is the bottleneck: {facts.share(primary):.0%} of step time"
+    if primary_rule is not None and primary_rule.rule in ("recurring_stall", "run_recompiling"):
+        # a verdict over the run quotes the run's steps, not the window's
+        return (f"{what} (median step {facts.run.median_step_ms:.1f} ms over the run's "
+                f"{facts.run.steps} steps).{first}")
     return f"{what} (median step {b.median_step_ms:.1f} ms over {n} step(s)).{first}"

@@ -13,7 +13,10 @@ see drain, and show loading smaller than it is); else ``kernel`` at
 ``compute_bound``; else the largest non-compute layer that reaches its
 significance threshold (it is what keeps the compute idle); else ``kernel``. Before all
 of these (memory aside), stalls that recur over the whole run and cost
-``run_stall_significant`` of its wall time name their cause's layer (``recurring_stall``).
+``run_stall_significant`` of its wall time name their cause's layer (``recurring_stall``), and
+so does torch.compile recompiling after the first step (``run_recompiling``: ``host``, at least
+``recompile_min_count`` recompilations or a frame at the recompile limit); the larger share of
+the two wins.
 So a smaller
 share can win (data loading at 35 % over kernels at 55 %): each verdict carries the branch
 that decided (:class:`~torchtriage.diagnosis.result.PrimaryRule`), its comparisons and a line
@@ -55,9 +58,10 @@ def time_primary(facts: rules.Facts) -> tuple[str, str, r.PrimaryRule]:
     waste = sorted((x for x in TIME_LAYERS if x != "kernel"), key=lambda x: -facts.share(x))
     bound = rules.share_evidence("kernel_share", facts.share("kernel"), th.COMPUTE_BOUND)
     kernel = f"kernel {bound.value:.1%}"  # the rounded share, as the layer table shows it
-    stalled = _recurring_stall(facts)
-    if stalled is not None:  # compared with what the window names
-        return stalled[0], waste[0] if waste[0] != stalled[0] else "kernel", stalled[1]
+    over_run = [x for x in (_recurring_stall(facts), _recompiling(facts)) if x is not None]
+    if over_run:  # compared with what the window names
+        layer, rule = max(over_run, key=lambda x: x[1].evidence[0].value)
+        return layer, waste[0] if waste[0] != layer else "kernel", rule
     contended = _contended_by_loading(facts)
     if contended is not None:  # compared with the compute it slows down
         return "data_loading", "kernel", contended
@@ -114,6 +118,31 @@ def _recurring_stall(facts: rules.Facts) -> tuple[str, r.PrimaryRule] | None:
                    f"{layer} comes first whatever the window's shares (its steps lie between "
                    "the stalls).")
     return None
+
+
+def _recompiling(facts: rules.Facts) -> tuple[str, r.PrimaryRule] | None:
+    """The run-recompiling branch: over the whole run, torch.compile's compile time after the
+    first step (recompilations at new shapes; ``CompileRun.share_of_run``) costs
+    ``run_stall_significant`` of the run's wall time over at least ``recompile_min_count``
+    recompilations (or a frame hit the recompile limit): ``host``, whatever the window's
+    shares (a window placed among the recompiles holds dynamo's own tracing, which on a CPU
+    trace is op time)."""
+    c = facts.run.compile if facts.run is not None else None
+    if c is None or (c.recompilations < th.RECOMPILE_MIN_COUNT.value and not c.limit_hits):
+        return None
+    ev = rules.share_evidence("recompile_share_of_run", c.share_of_run,
+                              th.RUN_STALL_SIGNIFICANT)
+    ev.unit = "of the run's wall time, compiling after the first step"
+    if not ev.fired:
+        return None
+    return "host", r.PrimaryRule(
+        rule="run_recompiling", evidence=[ev],
+        reason=f"over the whole run, torch.compile recompiled {c.recompilations} time(s)"
+               + (f" and {len(c.limit_hits)} frame(s) hit the recompile limit" if c.limit_hits
+                  else "")
+               + f", {ev.value:.1%} of its wall time compiling after the first step >= "
+               f"{_named(th.RUN_STALL_SIGNIFICANT)}: host comes first whatever the window's "
+               "shares.")
 
 
 def _contended_by_loading(facts: rules.Facts) -> r.PrimaryRule | None:

@@ -473,8 +473,9 @@ STALL_WINDOW_MAX_S = Threshold(
 )
 RUN_STALL_SIGNIFICANT = Threshold(
     "run_stall_significant", 0.10, "share of the run's wall time",
-    "recurring stalls of one cause costing this share of the whole run make the cause's layer "
-    "primary, whatever the profiled window's shares (the window's steps do not contain them)",
+    "recurring stalls of one cause, or torch.compile recompiling after the first step, costing "
+    "this share of the whole run make their layer primary, whatever the profiled window's "
+    "shares (the window's steps do not contain them, or are themselves compiling)",
     "torchtriage default: as communication_significant; a gain of a tenth of the run beats "
     "most fixes a window between stalls can show",
 )

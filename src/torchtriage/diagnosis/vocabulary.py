@@ -14,10 +14,11 @@ TraceMode = Literal["gpu", "cpu"]
 # Which branch of the primary-layer rule decided the verdict (diagnose.py, docs/reference.md):
 # memory by an out-of-memory error or by its peak; data loading by contended cores or by a
 # loader slower than the window's steps; kernel at compute_bound; else the largest
-# non-compute layer at its significance threshold; kernel when none reaches it.
+# non-compute layer at its significance threshold; kernel when none reaches it. Over the whole
+# run, before these: stalls that recur, or torch.compile recompiling, at run_stall_significant.
 PrimaryRuleBranch = Literal["out_of_memory", "memory_near_capacity", "contended_compute",
                             "loader_outpaced", "compute_bound", "largest_significant",
-                            "none_significant", "recurring_stall"]
+                            "none_significant", "recurring_stall", "run_recompiling"]
 # The whole run (capture/timeline.py, diagnosis/run_view.py): what the per-step memory
 # reading is, what the training process saw happen inside a step, what a recurring stall is
 # attributed to, and what retains memory that grows.

@@ -15,6 +15,7 @@ from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID
 from torchtriage.diagnosis.result import Evidence, Finding
 from torchtriage.diagnosis.rules.base import Facts, Verdict, share_evidence
+from torchtriage.diagnosis.rules.run import gate_compiled
 from torchtriage.diagnosis.vocabulary import Layer
 
 
@@ -145,6 +146,8 @@ def _host(f: Facts) -> Verdict:
     v.remedies.append((BY_ID["compile.reduce_overhead"],
                        "many small ops: fewer launches per step" if f.gpu else
                        "many small ops: compiled graphs skip per-op dispatch"))
+    if not f.gpu:  # on a CPU the same torch.compile(model) as compile.default
+        gate_compiled(f, v, ("compile.reduce_overhead",))
     return v
 
 

@@ -12,6 +12,7 @@ from torchtriage.diagnosis import thresholds as th
 from torchtriage.diagnosis.catalog import BY_ID
 from torchtriage.diagnosis.result import Evidence, Finding, MachineInfo
 from torchtriage.diagnosis.rules.base import Facts, Verdict, share_evidence
+from torchtriage.diagnosis.rules.run import gate_compiled
 from torchtriage.diagnosis.vocabulary import Layer
 
 
@@ -26,7 +27,8 @@ class KernelRule:
     Ampere+ when fp32 dominates or is unknown, bf16 autocast unless matrix kernels already run
     16-bit on tensor cores, then torch.compile (default, then max-autotune), then a custom
     kernel. bf16 autocast is withheld for float64 work (``float64_share``) and, on a CPU,
-    without native bf16 instructions (``cpu_fast_bf16``).
+    without native bf16 instructions (``cpu_fast_bf16``); torch.compile's default mode for a run
+    that compiles already (dynamo compiled frames over the run).
     """
 
     layer: Layer = "kernel"
@@ -105,6 +107,7 @@ def _kernel(f: Facts) -> Verdict:
     v.remedies.append((BY_ID["compile.max_autotune"], "after compile.default, if GEMMs dominate"))
     v.remedies.append((BY_ID["kernel.custom"], "only for an op that dominates the top-ops table"))
     _gate_bf16(f, v)
+    gate_compiled(f, v, ("compile.default",))
     return v
 
 

@@ -100,6 +100,31 @@ class PeriodicWorkRule(_StallRule):
     causes = ("evaluation", "checkpoint", "unexplained")
 
 
+def gate_compiled(f: Facts, v: Verdict, ids: tuple[str, ...]) -> None:
+    """Compiling the model is not prescribed to a run that compiles already: when dynamo
+    compiled frames over the run (``CompileRun.compilations``), the remedies ``ids`` move to
+    ``withheld`` with that count as their evidence."""
+    c = f.run.compile if f.run is not None else None
+    if c is None or c.compilations == 0:
+        return
+    found = [(remedy, why) for remedy, why in v.remedies if remedy.id in ids]
+    if not found:
+        return
+    ev = Evidence(metric="compilations", value=c.compilations, unit="frames torch.compile "
+                  "compiled over the run", comparison=">=", threshold=1, fired=True,
+                  source="torch._dynamo's counters in the training process")
+    v.remedies = [(remedy, why) for remedy, why in v.remedies if remedy.id not in ids]
+    for remedy, _ in found:
+        v.withheld.append((remedy, f"the run compiles already: torch.compile compiled "
+                           f"{c.compilations} frame(s), {c.recompilations} of them "
+                           "recompilations", [ev]))
+
+
+# recompilation as the primary layer's cause (primary.py's run_recompiling branch): its fixes first
+RECOMPILE_LEAD = ("compile.dynamic", "compile.pad_buckets", "compile.recompile_limit",
+                  "compile.remove_graph_break")
+
+
 def _at_least(metric: str, value: float, unit: str, threshold: th.Threshold) -> Evidence:
     return Evidence(metric=metric, value=value, unit=unit, threshold=threshold.value,
                     comparison=">=", fired=value >= threshold.value, source=threshold.source)
@@ -116,8 +141,7 @@ class RecompileRule:
     are any."""
 
     layer: Layer = "host"
-    prescribes = ("compile.dynamic", "compile.pad_buckets", "compile.recompile_limit",
-                  "compile.remove_graph_break")
+    prescribes = RECOMPILE_LEAD
     thresholds = (th.RECOMPILE_SIGNIFICANT, th.RECOMPILE_MIN_COUNT)
 
     def judge(self, f: Facts) -> Verdict:
