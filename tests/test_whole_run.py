@@ -283,3 +283,31 @@ def test_of_a_recurring_stall_and_recompilation_the_larger_share_names_the_layer
     assert stalled.primary_rule.rule == "recurring_stall" and stalled.primary == "data_loading"
     compiling = diagnose(trace, run=RunInputs(timeline=with_restarts(0.5)))
     assert compiling.primary_rule.rule == "run_recompiling" and compiling.primary == "host"
+
+
+def test_a_window_among_compilations_says_so_and_is_less_sure(tmp_path):
+    """dynamo's compile ranges over 20% of the window's step time: steps.window_compiling names
+    the steps, and the window's own verdict is one level less sure; a compiled region that
+    only runs is not compiling."""
+    from conftest import profiler_steps, write_trace, x
+
+    from torchtriage.diagnosis.diagnose import diagnose
+    from torchtriage.trace import load_trace
+
+    def step(t, compiling: bool):
+        body = [x("aten::mm", t + 100, 9_800)]
+        if compiling:
+            body += [x("dynamo", t + 100, 4_000), x("_compile.compile_inner (dynamo_timed)",
+                                                    t + 150, 3_900)]
+        return [*body, x("Torch-Compiled Region: 0/1", t + 4_200, 5_000)]
+
+    events = profiler_steps(6, lambda t: step(t, compiling=t < 30_000))
+    doc = diagnose(load_trace(write_trace(tmp_path / "c.json", events)))
+    plain = diagnose(load_trace(write_trace(tmp_path / "p.json", profiler_steps(
+        6, lambda t: step(t, compiling=False)))))
+    (f,) = [f for f in doc.findings if f.id == "steps.window_compiling"]
+    assert "steps #1, #2, #3)" in f.message and "op time" in f.message, f.message
+    assert f.evidence[0].value == pytest.approx(0.2, abs=0.01)
+    assert "steps.window_compiling" not in [f.id for f in plain.findings]
+    levels = ("low", "medium", "high")
+    assert levels.index(doc.confidence) == levels.index(plain.confidence) - 1

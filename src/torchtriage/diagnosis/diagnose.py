@@ -14,6 +14,7 @@ from pathlib import Path
 from torchtriage.analysis.breakdown import StepBreakdown, step_breakdown
 from torchtriage.analysis.categories import unmarked_closure_steps
 from torchtriage.analysis.collectives import collective_table
+from torchtriage.analysis.compiling import compiling_us
 from torchtriage.analysis.dtypes import float64_share_device, float64_share_host
 from torchtriage.analysis.idle import comm_compute_overlap, idle_breakdown, temporal_breakdown
 from torchtriage.analysis.kernels import device_ops
@@ -121,8 +122,14 @@ def diagnose(
         findings.insert(0, timing)
     contended = contention_finding(facts.machine)
     # (a busy machine slows steps, it does not change a memory peak)
+    compiling = _compiling_finding(trace, steps, primary)
+    if compiling is not None:
+        findings.insert(0, compiling)
     for lowered in (window is not None and window.representative is False,
-                    contended is not None and primary != "memory"):
+                    contended is not None and primary != "memory",
+                    # (a verdict over the run does not rest on the window's steps)
+                    compiling is not None and primary != "memory"
+                    and primary_rule.rule not in ("recurring_stall", "run_recompiling")):
         if lowered:
             confidence = CONFIDENCE_LEVELS[max(CONFIDENCE_LEVELS.index(confidence) - 1, 0)]
     if contended is not None:
@@ -466,6 +473,29 @@ def _memory_with_capacity(trace: Trace, device_memory: int | None, steps: StepWi
         else:
             out.append((peak, None, None))
     return out
+
+
+def _compiling_finding(trace: Trace, steps, primary: str) -> r.Finding | None:
+    """``steps.window_compiling`` when torch.compile compiled for ``window_compiling`` of the
+    analysed steps' time (analysis/compiling.py): not the steady state."""
+    per_step = compiling_us(trace, steps)
+    wall = float(steps.wall.sum())
+    share = float(per_step.sum()) / wall if wall > 0 else 0.0
+    if share < th.WINDOW_COMPILING.value:
+        return None
+    which = ", ".join(f"#{n}" for n, us in zip(steps.numbers, per_step, strict=True) if us > 0)
+    return r.Finding(
+        id="steps.window_compiling", severity="warning", layer=None if primary == "memory"
+        else "host",
+        message=f"torch.compile was compiling during the window (steps {which}): "
+                f"{per_step.sum() / 1e3:.0f} ms, {share:.0%} of its step time (dynamo's tracing, "
+                "guards and backend compile). These steps are not the steady state"
+                + ("; on a CPU trace dynamo's tracing counts as op time, so the layer shares "
+                   "overstate compute" if not trace.has_device_activity else "") + ".",
+        evidence=[r.Evidence(metric="window_compiling_share", value=round(share, 4),
+                             unit="share of the window's step time compiling",
+                             threshold=th.WINDOW_COMPILING.value, comparison=">=", fired=True,
+                             source=th.WINDOW_COMPILING.source)])
 
 
 def _step_findings(steps) -> list[r.Finding]:

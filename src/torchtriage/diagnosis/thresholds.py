@@ -493,6 +493,13 @@ RECOMPILE_MIN_COUNT = Threshold(
     "per run",
 )
 
+WINDOW_COMPILING = Threshold(
+    "window_compiling", 0.10, "share of the window's step time",
+    "torch.compile compiling (dynamo's tracing, guards and backend compile) for this share of "
+    "the analysed steps makes the window not steady state: a finding, one level less confidence",
+    "torchtriage default: as recompile_significant's order; compiled_varlen.py's CPU window sat "
+    "among recompiles at 85%",
+)
 
 ALL: tuple[Threshold, ...] = (
     WINDOW_DRIFT,
@@ -555,4 +562,5 @@ ALL: tuple[Threshold, ...] = (
     RUN_STALL_SIGNIFICANT,
     RECOMPILE_SIGNIFICANT,
     RECOMPILE_MIN_COUNT,
+    WINDOW_COMPILING,
 )
