@@ -176,3 +176,52 @@ def test_periodic_work_of_the_scripts_own_is_profiled_and_placed_outside_any_op(
     (stall,) = profiled
     assert stall["profile"]["parts"][0]["label"] == "Python outside any op"
     assert stall["profile"]["parts"][0]["share"] > 0.5
+
+
+RESTORED_BY_FLAG = """
+import time, torch, torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+teacher = nn.Linear(32, 32)
+teacher.eval()  # frozen for the whole run: never an evaluation
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+data = DataLoader(TensorDataset(torch.randn(640, 32)), batch_size=64, num_workers=1)
+step = 0
+for epoch in range(4):
+    for (x,) in data:  # a new epoch: its worker starts again
+        step += 1
+        with torch.no_grad():
+            x = teacher(x)
+        loss = model(x).square().mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+    # Lightning's evaluation loop: eval(), then every submodule's flag restored directly
+    modes = {name: m.training for name, m in model.named_modules()}
+    model.eval()
+    with torch.no_grad():
+        for _ in range(5):
+            model(torch.randn(256, 32))
+            time.sleep(0.02)
+    for name, m in model.named_modules():
+        m.training = modes[name]
+"""
+
+
+def test_an_evaluation_whose_mode_is_restored_by_flag_ends_at_the_next_module_call(tmp_path):
+    """Lightning restores training mode by setting each submodule's ``training`` flag, not
+    through ``train(True)``: the evaluation still ends where training resumes (here the next
+    epoch's DataLoader starting its worker, before the first module call), not at the step's
+    end; a module left in eval mode for the run is no evaluation."""
+    script = tmp_path / "train.py"
+    script.write_text(RESTORED_BY_FLAG)
+    out = tmp_path / "run"
+    proc = _torchtriage("run", "--out", str(out), "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = json.loads((out / "run.rank0.json").read_text())["timeline"]["events"]
+    evals = [e for e in events if e["kind"] == "evaluation"]
+    starts = [e for e in events if e["kind"] == "loader_start"]
+    assert [e["step"] for e in evals] == [11, 21, 31], evals  # the last one never ends
+    assert {e["detail"] for e in evals} == {"Sequential"}
+    for e in evals:  # 5 x 20 ms of evaluation, ended before the next epoch's worker start
+        assert 0.09 < e["duration_s"] < 0.145, e
+        (after,) = [s for s in starts if s["step"] == e["step"]]
+        assert e["start_s"] + e["duration_s"] <= after["start_s"] + 1e-6, (e, after)

@@ -18,7 +18,12 @@ Inside steps, what the evidence of a recurring stall needs, from patched entry p
   ``spawn``/``forkserver`` the Dataset's pickled size (counted, not kept, once a run), which
   every worker unpickles;
 - an evaluation: the outermost ``Module.train(False)`` on a module in training mode until the
-  same module's ``train(True)``;
+  same module's ``train(True)``, or, where the script restores the mode by setting
+  ``module.training`` itself (Lightning's evaluation loop restores every submodule's flag that
+  way), until the first sign of training seen after it: a module called while the evaluated
+  one is in training mode again (a forward pre-hook registered only while an evaluation is
+  open), a DataLoader starting its workers, or the step's end. A module still in eval mode at
+  a step's end was not evaluating (a frozen module) and is dropped;
 - a checkpoint: each ``torch.save`` and its duration;
 - while the second window records (capture/stall_window.py), each of these runs inside a
   ``record_function`` range of its own (``torchtriage: ...``), so its trace names them;
@@ -115,7 +120,8 @@ class TimelineRecorder:
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._last_metric: object = None
         self._next_census: int | None = None
-        self._eval_open: dict[int, tuple[float, int]] = {}
+        self._eval_open: dict[int, tuple[float, int, Any]] = {}  # id -> start, step, module
+        self._eval_hook: Any = None  # the forward pre-hook watching for the end of one
         self._eval_ranges: dict[int, Any] = {}  # evaluations opened while annotating
         self.annotate = False  # the second window records: name what it patches (ranges)
         self._local = threading.local()
@@ -153,6 +159,8 @@ class TimelineRecorder:
         recorder = self
 
         def patched_init(it, loader, *args, **kwargs):
+            if recorder._eval_open:
+                recorder._evals_at(boundary=False)
             start = recorder._now()
             with recorder.profiler_range(LOADER_START_RANGE):
                 init(it, loader, *args, **kwargs)
@@ -208,20 +216,50 @@ class TimelineRecorder:
     def _mode_changed(self, module, was: bool, mode: bool) -> None:
         key = id(module)
         if was and not mode:
-            self._eval_open[key] = (self._now(), self._steps + 1)
+            self._eval_open[key] = (self._now(), self._steps + 1, module)
             if self.annotate:
                 self._eval_ranges[key] = self._enter_range(
                     f"{EVALUATION_RANGE} ({type(module).__name__})")
+            if self._eval_hook is None:
+                try:
+                    self._eval_hook = sys.modules["torch"].nn.modules.module \
+                        .register_module_forward_pre_hook(self._watch_eval)
+                except Exception:  # never break the script's modules
+                    log.debug("torchtriage: no forward pre-hook for evaluations", exc_info=True)
         elif mode and not was and key in self._eval_open:
-            start, step = self._eval_open.pop(key)
-            opened = self._eval_ranges.pop(key, None)
-            if opened is not None:
-                opened.__exit__(None, None, None)
-            event = self._event(kind="evaluation", start_s=round(start, 6),
-                                duration_s=round(self._now() - start, 6),
-                                detail=type(module).__name__)
-            if event is not None:
-                event.step = step
+            self._close_eval(key)
+
+    def _close_eval(self, key: int, *, event: bool = True) -> None:
+        start, step, module = self._eval_open.pop(key)
+        opened = self._eval_ranges.pop(key, None)
+        if opened is not None:
+            opened.__exit__(None, None, None)
+        if not self._eval_open and self._eval_hook is not None:
+            self._eval_hook.remove()
+            self._eval_hook = None
+        if not event:
+            return
+        recorded = self._event(kind="evaluation", start_s=round(start, 6),
+                               duration_s=round(self._now() - start, 6),
+                               detail=type(module).__name__)
+        if recorded is not None:
+            recorded.step = step
+
+    def _watch_eval(self, module, args) -> None:
+        """Forward pre-hook while an evaluation is open: one whose module is in training mode
+        again (its flag set directly, not through ``train()``) ended before this call."""
+        for key, (_, _, evaluated) in list(self._eval_open.items()):
+            if evaluated.training:
+                self._close_eval(key)
+
+    def _evals_at(self, boundary: bool) -> None:
+        """At a DataLoader start or a step's end: evaluations whose module trains again ended;
+        at a step's end, a module still in eval mode was not evaluating (frozen)."""
+        for key, (_, _, evaluated) in list(self._eval_open.items()):
+            if evaluated.training:
+                self._close_eval(key)
+            elif boundary:
+                self._close_eval(key, event=False)
 
     def _patch_save(self, torch) -> None:
         save = torch.save
@@ -268,6 +306,8 @@ class TimelineRecorder:
 
     def step_ended(self, steps: int, profiled: bool) -> None:
         """Step ``steps`` ended (``profiled``: it ran under the profiler)."""
+        if self._eval_open:
+            self._evals_at(boundary=True)
         self._steps = steps
         if steps > MAX_STEPS:
             self.truncated_at = self.truncated_at or MAX_STEPS
