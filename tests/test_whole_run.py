@@ -311,3 +311,39 @@ def test_a_window_among_compilations_says_so_and_is_less_sure(tmp_path):
     assert "steps.window_compiling" not in [f.id for f in plain.findings]
     levels = ("low", "medium", "high")
     assert levels.index(doc.confidence) == levels.index(plain.confidence) - 1
+
+
+def test_a_stall_of_two_kinds_is_one_stall_naming_both_and_prescribing_both(tmp_path):
+    """Lightning's epoch end: the validation loader starts its workers, the model evaluates,
+    the next epoch's loader starts again, all in the first step of each epoch; half of the
+    evaluations are followed by a short save. One stall every 10 steps, attributed to the kind
+    with the most time, the other named beside it (stall_second_cause) and both fixes
+    prescribed; the saves (a small share) split nothing."""
+    from torchtriage.diagnosis.diagnose import diagnose
+
+    ms = [50.0] * 59
+    for n in range(10, 60, 10):
+        ms[n - 2] = 550.0
+    ends = _ends(ms)
+    events = []
+    for n in range(10, 60, 10):
+        t0 = ends[n - 2]
+        events += [
+            RunEvent(kind="loader_start", step=n, start_s=t0 + 0.001, duration_s=0.08,
+                     workers=2, persistent=False, start_method="fork"),
+            RunEvent(kind="evaluation", step=n, start_s=t0 + 0.09, duration_s=0.25,
+                     detail="Net"),
+            RunEvent(kind="loader_start", step=n, start_s=t0 + 0.35, duration_s=0.1,
+                     workers=2, persistent=False, start_method="fork")]
+        if n % 20 == 0:
+            events.append(RunEvent(kind="checkpoint", step=n, start_s=t0 + 0.46,
+                                   duration_s=0.01, detail="ckpt.pt"))
+    timeline = StepTimeline(end_s=ends, events=events)
+    (stall,) = run_view(RunInputs(timeline=timeline)).stalls
+    assert stall.cause == "evaluation" and stall.also == ["dataloader_restart"]
+    assert stall.period_steps == 10 and stall.steps == [10, 20, 30, 40, 50]
+    assert "also in these steps: a DataLoader started 2 worker" in stall.detail
+    doc = diagnose(_kernel_bound_cpu_trace(tmp_path), run=RunInputs(timeline=timeline))
+    assert doc.primary_rule.rule == "recurring_stall"
+    assert [p.id for p in doc.prescriptions][:2] == ["eval.interval",
+                                                    "dataloader.persistent_workers"]

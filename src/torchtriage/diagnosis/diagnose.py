@@ -145,7 +145,8 @@ def diagnose(
             message=f"{len(dynamic)} ops change input shapes between steps "
                     f"(e.g. {dynamic[0].name}): torch.compile recompiles, allocator fragments."))
 
-    lead = (tuple(STALL_REMEDY[s.cause] for s in facts.run.stalls if s.cause in STALL_REMEDY)
+    lead = (tuple(STALL_REMEDY[c] for s in facts.run.stalls for c in (s.cause, *s.also)
+                  if c in STALL_REMEDY)
             if primary_rule.rule == "recurring_stall" else
             RECOMPILE_LEAD if primary_rule.rule == "run_recompiling" else ())
     prescriptions, withheld = _prescriptions(primary, ranked, facts, verdicts, lead)
@@ -622,7 +623,8 @@ def _summary(primary, facts, b: r.Breakdown, prescriptions, withheld=(),
     elif primary_rule is not None and primary_rule.rule == "recurring_stall":
         stall = next(s for s in facts.run.stalls if s.cause != "unexplained")
         what = (f"{primary} is the bottleneck over the run: stalls "
-                + (f"every {stall.period_steps} steps" if stall.period_steps else "")
+                + (f"every {stall.period_steps} steps" if stall.period_steps else
+                   f"at {len(stall.steps)} steps")
                 + f" ({stall.cause.replace('_', ' ')}) take {stall.share_of_run:.0%} of its "
                 "wall time")
     else:

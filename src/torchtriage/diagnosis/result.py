@@ -474,9 +474,11 @@ class RecurringStall(msgspec.Struct, kw_only=True):
     stall_ms_median: float  # the median of these steps
     excess_s: float  # their time above the median step, summed
     share_of_run: float  # excess_s over the run's wall time (first step to last)
-    detail: str  # what the evidence says about the cause
+    detail: str  # what the evidence says about the cause (and about ``also``)
     evidence: list[Evidence] = []
     profile: StallProfile | None = None  # one of these steps, profiled (a second window)
+    # other causes seen in these steps, each at stall_second_cause of the cause's time
+    also: list[StallCause] = []
 
 
 class RecompileReason(msgspec.Struct, kw_only=True):

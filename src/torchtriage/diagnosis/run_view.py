@@ -15,9 +15,12 @@ memory that grows, stalls that recur, what torch.compile did, and what the timel
 - **Stalls** (:mod:`~torchtriage.analysis.stalls`): steps after the second, profiled ones left
   out of the scan; a profiled step counts too when it passes the same test against the
   profiled steps' median and an event explains it (a worker start, an evaluation, a save).
-  Each stall step is attributed to what the training process saw inside it: the event
-  that overlaps it longest (a DataLoader's worker start, an evaluation, a ``torch.save``) or
-  a compilation at it; else ``unexplained``. Stalls of one cause that occur at least twice are
+  Each stall step is weighed by what the training process saw inside it: per event kind
+  (a DataLoader's worker start, an evaluation, a ``torch.save``, a compilation at it) the time
+  its events overlap the step; none: ``unexplained``. Steps with the same kinds form a group,
+  attributed to the kind with the most time over the group; groups of one cause merge; other
+  kinds at ``stall_second_cause`` of the cause's time are named beside it (``also``: their
+  fixes are prescribed too). Stalls of one cause that occur at least twice are
   reported with their period and share of the run's wall time (the first step's end to the
   last's); unexplained ones only when they recur at a period. A stall step profiled by the
   second window (capture/stall_window.py; its steps are not left out as profiled) joins the
@@ -246,25 +249,50 @@ def _stalls(t: StepTimeline, numbers: list[int], step_ms: list[float], profiled:
                     and _attribute(n, ends[n - 2], ends[n - 1], t)[0] not in
                     ("unexplained", "compilation")):
                 baseline[n] = typical
-    by_cause: dict[StallCause, list[int]] = {}
+    # steps are grouped by the event kinds seen in them (a validation and the DataLoader
+    # starts around it stall the same steps: one stall, not two halves), each group goes to
+    # the kind that took the most of its time, groups of one cause merge (evaluations with
+    # and without a save after them), and kinds at stall_second_cause of the cause's time
+    # are named beside it
+    by_kinds: dict[frozenset, list[int]] = {}
     events_of: dict[int, list] = {}
+    weights_of: dict[int, dict[StallCause, float]] = {}
     for n in sorted(baseline):
-        cause, events = _attribute(n, ends[n - 2], ends[n - 1], t)
-        by_cause.setdefault(cause, []).append(n)
-        events_of[n] = events
+        _, weights, events = _weighed(n, ends[n - 2], ends[n - 1], t)
+        by_kinds.setdefault(frozenset(weights), []).append(n)
+        events_of[n], weights_of[n] = events, weights
+    grouped: dict[StallCause, list[int]] = {}
+    for kinds, steps in by_kinds.items():
+        total = {k: sum(weights_of[n].get(k, 0.0) for n in steps) for k in kinds}
+        cause = max(total, key=lambda k: total[k]) if total else "unexplained"
+        grouped.setdefault(cause, []).extend(steps)
+    by_cause: list[tuple[StallCause, list[StallCause], list[int]]] = []
+    for cause, steps in grouped.items():
+        steps.sort()
+        total: dict[StallCause, float] = {}
+        for n in steps:
+            for k, w in weights_of[n].items():
+                total[k] = total.get(k, 0.0) + w
+        own = total.get(cause, 0.0)
+        also = [k for k in sorted(total, key=lambda k: -total[k]) if k != cause
+                and own > 0 and total[k] >= th.STALL_SECOND_CAUSE.value * own]
+        by_cause.append((cause, also, steps))
     out = []
-    for cause, steps in by_cause.items():
+    for cause, also, steps in by_cause:
         every = period(steps, tolerance=th.STALL_PERIOD_TOLERANCE.value)
         if len(steps) < 2 or (cause == "unexplained" and every is None):
             continue  # what nothing explains counts only when it recurs at a period
         excess_s = sum(excess_ms([ms_of[n]], baseline[n]) for n in steps) / 1e3
         share = excess_s / wall_s if wall_s > 0 else 0.0
         stall_median = statistics.median(ms_of[n] for n in steps)
+        events = [e for n in steps for e in events_of[n]]
+        detail = _detail(cause, events, t) + "".join(
+            f"; also in these steps: {_detail(k, events, t)}" for k in also)
         out.append(RecurringStall(
             cause=cause, steps=steps[:200], period_steps=every,
             median_step_ms=round(scan.median_ms, 3), stall_ms_median=round(stall_median, 3),
             excess_s=round(excess_s, 3), share_of_run=round(share, 4),
-            detail=_detail(cause, [e for n in steps for e in events_of[n]], t),
+            detail=detail, also=also,
             evidence=[
                 Evidence(metric="stall_threshold_ms", value=round(scan.threshold_ms, 3),
                          unit=f"ms (max of {th.STALL_RATIO.value:g}x the median step and the "
@@ -326,22 +354,29 @@ def stall_profile(parts: StepParts, *, step: int, wall_ms: float | None, trace: 
 
 def _attribute(step: int, start_s: float, end_s: float, t: StepTimeline
                ) -> tuple[StallCause, list]:
-    """What a stall step is attributed to: the event overlapping it longest, or a
-    compilation in it (module docstring)."""
-    best: tuple[float, StallCause] | None = None
+    """What a stall step is attributed to: the event kind overlapping it longest (summed over
+    its events of that kind), or a compilation in it (module docstring)."""
+    cause, _, found = _weighed(step, start_s, end_s, t)
+    return cause, found
+
+
+def _weighed(step: int, start_s: float, end_s: float, t: StepTimeline
+             ) -> tuple[StallCause, dict[StallCause, float], list]:
+    weights: dict[StallCause, float] = {}
     found = []
     for event in t.events:
         lo, hi = event.start_s, event.start_s + event.duration_s
         overlap = min(hi, end_s) - max(lo, start_s)
         if overlap > 0 or event.step == step:
             found.append(event)
-            weight = max(overlap, 0.0)
-            if best is None or weight > best[0]:
-                best = (weight, _CAUSE_OF_EVENT[event.kind])
+            kind = _CAUSE_OF_EVENT[event.kind]
+            weights[kind] = weights.get(kind, 0.0) + max(overlap, 0.0)
     compiled = sum(c.seconds for c in t.compiles if c.step == step)
-    if compiled and (best is None or compiled > best[0]):
-        best = (compiled, "compilation")
-    return (best[1] if best is not None else "unexplained"), found
+    if compiled:
+        weights["compilation"] = compiled
+    if not weights:
+        return "unexplained", weights, found
+    return max(weights, key=lambda k: weights[k]), weights, found
 
 
 def _detail(cause: StallCause, events: list, t: StepTimeline) -> str:

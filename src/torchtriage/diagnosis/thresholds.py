@@ -493,6 +493,14 @@ RECOMPILE_MIN_COUNT = Threshold(
     "per run",
 )
 
+STALL_SECOND_CAUSE = Threshold(
+    "stall_second_cause", 0.25, "fraction of the cause's time in the stall steps",
+    "another event kind seen in a recurring stall's steps (a DataLoader start beside an "
+    "evaluation) for this fraction of the time of the one the stall is attributed to is named "
+    "beside it, and its fix prescribed too",
+    "torchtriage default: a Lightning fit on CPU restarted two DataLoaders (0.18 s) around each "
+    "0.17 s validation; either fix alone leaves half the stall",
+)
 WINDOW_COMPILING = Threshold(
     "window_compiling", 0.10, "share of the window's step time",
     "torch.compile compiling (dynamo's tracing, guards and backend compile) for this share of "
@@ -563,4 +571,5 @@ ALL: tuple[Threshold, ...] = (
     RECOMPILE_SIGNIFICANT,
     RECOMPILE_MIN_COUNT,
     WINDOW_COMPILING,
+    STALL_SECOND_CAUSE,
 )

@@ -53,24 +53,30 @@ class _StallRule:
         if f.run is None:
             return v
         for stall in f.run.stalls:
-            if stall.cause not in self.causes:
-                continue
-            v.evidence.extend(stall.evidence)
-            v.findings.append(stall_finding(stall))
-            remedy = STALL_REMEDY.get(stall.cause)
-            if remedy is None:
-                continue
-            v.over_run = v.over_run or stall.share_of_run >= th.RUN_STALL_SIGNIFICANT.value
-            reason = (f"{stall.share_of_run:.1%} of the run's wall time in stalls "
-                      + (f"every {stall.period_steps} steps" if stall.period_steps else
-                         f"at {len(stall.steps)} steps") + f" ({stall.cause.replace('_', ' ')})")
-            if stall.cause == "dataloader_restart" and "persistent_workers=True" in stall.detail:
-                v.withheld.append((BY_ID[remedy], "the DataLoader is persistent already: it is "
-                                   "built again each epoch (build it once)",
-                                   list(stall.evidence)))
-                continue
-            v.remedies.append((BY_ID[remedy], reason))
+            if stall.cause in self.causes:
+                v.evidence.extend(stall.evidence)
+                v.findings.append(stall_finding(stall))
+            for cause in (stall.cause, *stall.also):
+                if cause in self.causes:
+                    self._remedy(v, stall, cause)
         return v
+
+    def _remedy(self, v: Verdict, stall: RecurringStall, cause: StallCause) -> None:
+        """The fix for ``cause`` in ``stall`` (its own cause, or one seen beside it)."""
+        remedy = STALL_REMEDY.get(cause)
+        if remedy is None:
+            return
+        v.over_run = v.over_run or stall.share_of_run >= th.RUN_STALL_SIGNIFICANT.value
+        reason = (f"{stall.share_of_run:.1%} of the run's wall time in stalls "
+                  + (f"every {stall.period_steps} steps" if stall.period_steps else
+                     f"at {len(stall.steps)} steps") + f" ({stall.cause.replace('_', ' ')}"
+                  + (f", with {cause.replace('_', ' ')} in the same steps"
+                     if cause != stall.cause else "") + ")")
+        if cause == "dataloader_restart" and "persistent_workers=True" in stall.detail:
+            v.withheld.append((BY_ID[remedy], "the DataLoader is persistent already: it is "
+                               "built again each epoch (build it once)", list(stall.evidence)))
+            return
+        v.remedies.append((BY_ID[remedy], reason))
 
 
 class LoaderRestartRule(_StallRule):
