@@ -347,3 +347,22 @@ def test_a_stall_of_two_kinds_is_one_stall_naming_both_and_prescribing_both(tmp_
     assert doc.primary_rule.rule == "recurring_stall"
     assert [p.id for p in doc.prescriptions][:2] == ["eval.interval",
                                                     "dataloader.persistent_workers"]
+
+
+def test_a_first_compile_longer_than_the_rest_of_the_run_is_said_to_not_pay_back(tmp_path):
+    """A short run that compiled for 30 s before its first step ended (3 s of steps after it):
+    the compile finding says what each step would have to gain; a long run's does not."""
+    from torchtriage.diagnosis.diagnose import diagnose
+
+    trace = _kernel_bound_cpu_trace(tmp_path)
+
+    def finding(steps: int):
+        t = StepTimeline(end_s=_ends([50.0] * (steps - 1)), compiles=[
+            CompileEvent(step=1, frame="forward (model.py:10)", seconds=30.0)])
+        doc = diagnose(trace, run=RunInputs(timeline=t))
+        return next(f for f in doc.findings if f.id == "run.compile").message
+
+    short = finding(60)
+    assert "took 30.0 s, longer than the 3.0 s of the 59 steps after it" in short, short
+    assert "saves 508 ms a step" in short
+    assert "pays back" not in finding(1000)  # 50 s of steps after it

@@ -109,13 +109,16 @@ CATALOG: tuple[Remedy, ...] = (
            "graph breaks over the run fall to 0"),
     Remedy("eval.interval", "host", 2,
            "Evaluate less often, or on fewer batches",
-           "if step % eval_every == 0: evaluate(model, val_loader, max_batches=50)",
+           "if step % eval_every == 0: evaluate(model, val_loader, max_batches=50)\n"
+           "# Lightning: L.Trainer(check_val_every_n_epoch=5, limit_val_batches=50)\n"
+           "# Hugging Face: TrainingArguments(eval_steps=2000)  # or fewer eval samples",
            "up to the evaluation stalls' share of the run",
            "periodic stalls shrink or come less often; their share of the run falls"),
     Remedy("checkpoint.async", "host", 2,
            "Save checkpoints less often, or asynchronously",
            "import torch.distributed.checkpoint as dcp\n"
-           "dcp.async_save({'model': model.state_dict()}, checkpoint_id=path)",
+           "dcp.async_save({'model': model.state_dict()}, checkpoint_id=path)\n"
+           "# Lightning: ModelCheckpoint(every_n_epochs=5); Hugging Face: save_steps=2000",
            "up to the checkpoint stalls' share of the run",
            "checkpoint steps no longer stall the loop"),
     # kernel: precision first, then fusion, then custom kernels.

@@ -16,7 +16,6 @@ from torchtriage.analysis.categories import unmarked_closure_steps
 from torchtriage.analysis.collectives import collective_table
 from torchtriage.analysis.compiling import compiling_us
 from torchtriage.analysis.dtypes import float64_share_device, float64_share_host
-from torchtriage.analysis.idle import comm_compute_overlap, idle_breakdown, temporal_breakdown
 from torchtriage.analysis.kernels import device_ops
 from torchtriage.analysis.launch import launch_stats
 from torchtriage.analysis.memory import memory_peaks
@@ -25,7 +24,7 @@ from torchtriage.analysis.shapes import dynamic_shape_ops
 from torchtriage.analysis.sharding import sharding
 from torchtriage.analysis.steps import StepWindows, find_steps
 from torchtriage.analysis.transfers import transfers
-from torchtriage.analysis.utilization import busy_time, class_times, top_kernels
+from torchtriage.analysis.utilization import busy_time, class_times
 from torchtriage.diagnosis import data_quality as dq
 from torchtriage.diagnosis import result as r
 from torchtriage.diagnosis import rules
@@ -34,6 +33,7 @@ from torchtriage.diagnosis.catalog import COST_LABELS, Remedy
 from torchtriage.diagnosis.confidence import verdict_confidence
 from torchtriage.diagnosis.contention import contention_finding
 from torchtriage.diagnosis.dataset import dataset_verdict
+from torchtriage.diagnosis.gpu_report import gpu_report, rounded
 from torchtriage.diagnosis.overhead import overhead_finding, profiler_overhead
 from torchtriage.diagnosis.primary import (
     SIGNIFICANT,
@@ -189,14 +189,14 @@ def diagnose(
             for p, cap, src in facts.memory
         ],
         dynamic_shapes=dynamic_rows,
-        gpu=_gpu_report(trace, facts, top) if facts.device is not None else None,
+        gpu=gpu_report(trace, facts, top) if facts.device is not None else None,
         missing=missing,
         machine=facts.machine,
         collectives=[r.CollectiveRow(
             op=c.op, source=c.source, count=c.count, per_step=round(c.per_step, 2),
             time_ms=round(c.time_us / 1e3, 3), mean_ms=round(c.mean_us / 1e3, 4),
             bytes_per_call=c.bytes_per_call, group_size=c.group_size,
-            algbw_gbps=_round(c.algbw_gbps, 3), busbw_gbps=_round(c.busbw_gbps, 3))
+            algbw_gbps=rounded(c.algbw_gbps, 3), busbw_gbps=rounded(c.busbw_gbps, 3))
             for c in facts.collectives],
         sharding=r.ShardingInfo(
             kind=facts.sharding.kind, units=facts.sharding.units,
@@ -326,77 +326,6 @@ def _device_evidence(trace: Trace, steps: StepWindows, nesting: OpNesting
         launches=launch_stats(trace, ops, steps, th.SHORT_KERNEL_US.value),
         transfers=transfers(trace, steps, nesting), busy_us=busy,
     )
-
-
-def _gpu_report(trace: Trace, facts: rules.Facts, top: int) -> r.GpuReport:
-    dev = facts.device
-    wall = facts.breakdown.total_wall_us or 1.0  # as profiled: the trace's own figures
-    busy, streams = busy_time(trace, dev.ops, facts.steps)
-    idle = idle_breakdown(trace, th.KERNEL_WAIT_US.value)
-    temporal = temporal_breakdown(trace)
-    summed = sum(c.time_us for c in dev.classes) or 1.0
-    launches, moved = dev.launches, dev.transfers
-
-    def copies(c) -> r.Copies:
-        return r.Copies(count=c.count, pageable=c.pageable, bytes=c.bytes,
-                        time_ms=round(c.time_us / 1e3, 3))
-
-    return r.GpuReport(
-        utilization=round(busy / wall, 4),
-        busy_ms=round(busy / 1e3, 3),
-        streams=[r.StreamUse(device=s.device, stream=s.stream, busy_ms=round(s.busy_us / 1e3, 3),
-                             utilization=round(s.busy_us / wall, 4), events=s.events)
-                 for s in streams],
-        idle=r.IdleTime(
-            host_wait_ms=round(sum(i.host_wait_us for i in idle) / 1e3, 3),
-            kernel_wait_ms=round(sum(i.kernel_wait_us for i in idle) / 1e3, 3),
-            other_ms=round(sum(i.other_us for i in idle) / 1e3, 3),
-            kernel_wait_threshold_us=th.KERNEL_WAIT_US.value,
-            streams=[r.StreamIdle(device=i.device, stream=i.stream,
-                                  host_wait_ms=round(i.host_wait_us / 1e3, 3),
-                                  kernel_wait_ms=round(i.kernel_wait_us / 1e3, 3),
-                                  other_ms=round(i.other_us / 1e3, 3)) for i in idle]),
-        temporal=None if temporal is None else r.TemporalBreakdown(
-            span_ms=round(temporal.span_us / 1e3, 3),
-            idle_pct=round(temporal.pct(temporal.idle_us), 3),
-            compute_pct=round(temporal.pct(temporal.compute_us), 3),
-            non_compute_pct=round(temporal.pct(temporal.non_compute_us), 3)),
-        comm_compute_overlap_pct=_round(comm_compute_overlap(trace), 3),
-        kernel_classes=[r.KernelClassTime(
-            cls=c.cls, count=c.count, time_ms=round(c.time_us / 1e3, 3),
-            share=round(c.time_us / summed, 4), tensor_core_ms=round(c.tensor_core_us / 1e3, 3),
-            no_tensor_core_ms=round(c.no_tensor_core_us / 1e3, 3)) for c in dev.classes],
-        top_kernels=[r.KernelRow(name=k.name, cls=k.cls, count=k.count,
-                                 time_ms=round(k.time_us / 1e3, 3),
-                                 share=round(k.time_us / summed, 4),
-                                 tensor_cores=k.tensor_cores, launched_by=k.launched_by)
-                     for k in top_kernels(trace, dev.ops, top)],
-        launches=r.Launches(
-            kernels_per_step=round(launches.kernels_per_step, 2),
-            launch_cost_us_median=_round(launches.launch_cost_us_median, 3),
-            launch_cost_us_p90=_round(launches.launch_cost_us_p90, 3),
-            launch_delay_us_median=_round(launches.launch_delay_us_median, 3),
-            launch_delay_us_p90=_round(launches.launch_delay_us_p90, 3),
-            short_kernel_share=round(launches.short_kernel_share, 4),
-            short_kernel_time_share=round(launches.short_kernel_time_share, 4),
-            short_kernel_us=launches.short_kernel_us,
-            launch_calls_per_step=round(launches.launch_calls_per_step, 2),
-            graph_kernel_share=round(launches.graph_kernel_share, 4)),
-        transfers=r.TransfersInfo(h2d=copies(moved.h2d), d2h=copies(moved.d2h),
-                                  d2d=copies(moved.d2d), sync_copy_calls=moved.sync_copy_calls,
-                                  syncs_per_step=moved.syncs_per_step,
-                                  cpu_scalar_reads_per_step=moved.cpu_scalar_reads_per_step,
-                                  cpu_scalar_read_ms_per_step=round(
-                                      moved.cpu_scalar_read_us_per_step / 1e3, 3),
-                                  sync_sources=[r.SyncSite(
-                                      kind=src.kind, op=src.op, waits_in=src.waits_in,
-                                      per_step=round(src.count / max(len(facts.steps), 1), 2))
-                                      for src in moved.sync_sources]),
-    )
-
-
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 _ACCELERATOR_WITHOUT_KERNELS = ("device events of a non-GPU accelerator", "device kernels (")

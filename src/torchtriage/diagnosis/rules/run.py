@@ -165,6 +165,12 @@ class RecompileRule:
         limit = (f" {len(c.limit_hits)} frame(s) hit the recompile limit and run eager from "
                  f"then on ({c.limit_hits[0]})." if c.limit_hits else "")
         breaks = f" {c.graph_breaks} graph break(s)." if c.graph_breaks else ""
+        upfront = c.seconds - c.after_first_step_s
+        if f.run.steps > 1 and upfront > f.run.wall_s > 0:  # a short run compiled
+            breaks += (f" Compiling before the first step ended took {upfront:.1f} s, longer "
+                       f"than the {f.run.wall_s:.1f} s of the {f.run.steps - 1} steps after it:"
+                       f" in a run this short it pays back only if it saves "
+                       f"{upfront / (f.run.steps - 1) * 1e3:.0f} ms a step.")
         serious = (share.fired and count.fired) or bool(c.limit_hits)
         v.findings.append(Finding(
             id="run.compile", severity="warning" if serious else "info", layer="host",
