@@ -366,3 +366,18 @@ def test_a_first_compile_longer_than_the_rest_of_the_run_is_said_to_not_pay_back
     assert "took 30.0 s, longer than the 3.0 s of the 59 steps after it" in short, short
     assert "saves 508 ms a step" in short
     assert "pays back" not in finding(1000)  # 50 s of steps after it
+
+
+def test_growth_that_fills_memory_only_past_the_horizon_is_info_without_a_fix(tmp_path):
+    """70 KiB a step on 8 GiB is full after ~112k steps (past growth_horizon_steps): said, at
+    info, with no fix_leak; 128 MiB a step on the same device is a leak with its fix."""
+    from torchtriage.diagnosis.diagnose import diagnose
+
+    trace = _kernel_bound_cpu_trace(tmp_path)
+    slow = diagnose(trace, run=RunInputs(timeline=_timeline(100, grow=70 * 1024)))
+    assert slow.run.growth.steady and slow.run.growth.full_at_step > 100_000
+    (f,) = [f for f in slow.findings if f.id == "memory.growth"]
+    assert f.severity == "info" and "past growth_horizon_steps" in f.message, f.message
+    assert "memory.fix_leak" not in [p.id for p in slow.prescriptions]
+    fast = diagnose(trace, run=RunInputs(timeline=_timeline(60, grow=128 * MIB)))
+    assert "memory.fix_leak" in [p.id for p in fast.prescriptions]

@@ -493,6 +493,13 @@ RECOMPILE_MIN_COUNT = Threshold(
     "per run",
 )
 
+GROWTH_HORIZON_STEPS = Threshold(
+    "growth_horizon_steps", 100_000, "steps",
+    "memory growth that fills memory only after this many steps (and did not run out) is an "
+    "info finding without a fix: no job of ordinary length reaches it",
+    "torchtriage default: 100k optimizer steps is a long training job; a script growing 90 KiB "
+    "a step of process heap (one small tensor a step) on 24 GiB would fill it after 279k",
+)
 STALL_SECOND_CAUSE = Threshold(
     "stall_second_cause", 0.25, "fraction of the cause's time in the stall steps",
     "another event kind seen in a recurring stall's steps (a DataLoader start beside an "
@@ -572,4 +579,5 @@ ALL: tuple[Threshold, ...] = (
     RECOMPILE_MIN_COUNT,
     WINDOW_COMPILING,
     STALL_SECOND_CAUSE,
+    GROWTH_HORIZON_STEPS,
 )

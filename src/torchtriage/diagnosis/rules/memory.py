@@ -23,7 +23,8 @@ class MemoryRule:
     prescribed with the growth's figures and cause, and the ladder is withheld (its rungs only
     postpone the out-of-memory error, past a short trial). Growth without an error or a peak
     near capacity does not make memory primary; it is listed with the predicted step at which
-    memory is full."""
+    memory is full, and when that is past ``growth_horizon_steps`` it is an info finding with
+    no fix."""
 
     layer: Layer = "memory"
     prescribes = ("memory.expandable_segments", "memory.grad_accumulation",
@@ -31,7 +32,7 @@ class MemoryRule:
                   "memory.fix_leak")
     thresholds = (th.MEMORY_NEAR_CAPACITY, th.MEMORY_FRAGMENTATION,
                   th.FRAGMENTATION_MIN_RESERVED, th.GROWTH_MIN_STEPS, th.GROWTH_SKIP_STEPS,
-                  th.GROWTH_T, th.GROWTH_HALF_SHARE, th.GROWTH_MIN_BYTES)
+                  th.GROWTH_T, th.GROWTH_HALF_SHARE, th.GROWTH_MIN_BYTES, th.GROWTH_HORIZON_STEPS)
 
     def judge(self, f: Facts) -> Verdict:
         return _memory(f)
@@ -101,6 +102,17 @@ def growth_verdict(v: Verdict, growth, *, out_of_memory: bool) -> None:
     oom = " The out-of-memory error follows from it: a leak, not a batch too big." \
         if out_of_memory else ""
     cause = f" Cause: {growth.cause_detail}." if growth.cause_detail else ""
+    if not out_of_memory and growth.full_at_step is not None \
+            and growth.full_at_step > th.GROWTH_HORIZON_STEPS.value:
+        v.findings.append(Finding(
+            id="memory.growth", severity="info", layer="memory",
+            message=f"Memory grows slowly over the run: {_size(growth.bytes_per_step)} per step "
+                    f"({_label(growth.source)}, steps {growth.first_step}-{growth.last_step})"
+                    f"{full}, past growth_horizon_steps "
+                    f"({th.GROWTH_HORIZON_STEPS.value:,.0f}): not a leak this job will meet."
+                    f"{cause}",
+            evidence=list(growth.evidence)))
+        return
     v.findings.append(Finding(
         id="memory.growth", severity="critical" if out_of_memory or full else "warning",
         layer="memory",
