@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -143,6 +144,14 @@ def test_fix_compute_bound_keeps_nothing_unproven_and_says_why(tmp_path):
     # the budget is honoured and named as the reason
     assert result["elapsed_s"] < 90 + 30
     assert "budget" in result["stopped_because"] or "proven" in result["stopped_because"]
+    short = [s for s in result["steps"] if "not tried: it needs" in s["why"]]
+    if short and "budget" in result["stopped_because"]:
+        # the stop names the A/B that did not fit and the --budget that would have
+        said = re.search(r"before (\S+) could be tried \(--budget (\d+)m would fit its A/B\)",
+                         result["stopped_because"])
+        assert said, result["stopped_because"]
+        assert said[1] in short[0]["why"] and int(said[2]) * 60 > 90, result["stopped_because"]
+        assert f"--budget {said[2]}m" in proc.stdout
     assert "kernel" in proc.stdout
 
 

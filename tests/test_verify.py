@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torchtriage.errors import TorchtriageError
-from torchtriage.verify.parity import check_parity
+from torchtriage.verify.parity import check_parity, eager_random_parity
 from torchtriage.verify.stats import Speedup, outlier_trial, speedup_interval, verdict
 from torchtriage.verify.store import RunStore
 
@@ -86,6 +86,26 @@ def test_parity_passes_identical_losses_and_fails_changed_ones():
     assert check_parity(base, base, {}).status == "pass"
     changed = check_parity(base, [[2.0, 1.6, 1.3, 1.1]], {"optimizer.fused": True})
     assert changed.status == "fail" and changed.max_deviation > changed.tolerance
+
+
+def test_a_random_aligned_pair_decides_a_compiled_comparison_that_failed():
+    """verify.parity: a deviation the aligned pair does not repeat came from compiled code's
+    random stream (pass, reference eager_random, the first deviation kept); one it repeats is
+    the math (the failure stands and says so); a pair without losses changes nothing."""
+    base, dropout_masks = [[2.0, 1.5, 1.2, 1.0]] * 2, [[2.1, 1.4, 1.25, 0.97]] * 2
+    knobs = {"compile.mode": "default"}
+    first = check_parity(base, dropout_masks, knobs)
+    assert first.status == "fail"
+    passed = eager_random_parity(first, base[0], [2.0, 1.5, 1.2, 1.0001], knobs)
+    assert (passed.status, passed.reference, passed.precision) == ("pass", "eager_random",
+                                                                   "compiled")
+    assert passed.unaligned_deviation == first.max_deviation and passed.max_deviation < 1e-3
+    assert "fallback_random" in passed.detail
+    math = eager_random_parity(first, base[0], [2.1, 1.4, 1.25, 0.97], knobs)
+    assert math.status == "fail" and math.max_deviation == first.max_deviation
+    assert "the math changed" in math.detail
+    nothing = eager_random_parity(first, base[0], [], knobs)
+    assert nothing.status == "fail" and "could not be compared" in nothing.detail
 
 
 def test_parity_tolerance_follows_precision():
@@ -367,6 +387,23 @@ def test_ab_a_fix_that_changes_results_is_not_a_win(tmp_path):
                       f"python {TINY} --scale 3", "--", "python", TINY)
     assert proc.returncode == 0, proc.stderr
     assert result["verdict"] == "changes_results" and result["parity"]["status"] == "fail"
+
+
+def test_ab_of_compiling_a_model_with_dropout_judges_parity_with_eager_random_draws(tmp_path):
+    """Inductor draws dropout's masks from its own stream: the compiled candidate's losses
+    part from the eager baseline's at once (0.49 here) though the math is the same. ab then
+    runs one trial per arm with torch._inductor.config.fallback_random and judges by them."""
+    proc, result = ab(tmp_path, "--trials", "2", "--steps", "4", "--knob", "compile.mode=default",
+                      "--", "python", TINY, "--dropout", "0.2")
+    assert proc.returncode == 0, proc.stderr
+    parity = result["parity"]
+    assert parity["status"] == "pass" and parity["reference"] == "eager_random", parity
+    assert parity["unaligned_deviation"] > parity["tolerance"] >= parity["max_deviation"]
+    assert result["verdict"] != "changes_results", result["summary"]
+    for arm in "AB":  # the pair ran, with its own logs, and is not a trial of the interval
+        assert (tmp_path / "ab" / "trials" / f"eager_random_{arm}" / "output.log").exists()
+    assert len(result["trials"]) == 4
+    assert "fallback_random" in proc.stdout
 
 
 def test_ab_candidate_crash_is_a_failed_trial_not_a_traceback(tmp_path):

@@ -6,6 +6,8 @@
     --oom-at K       raise torch.OutOfMemoryError at step K
     --unseeded       draw the data from an unseeded generator (losses differ run to run)
     --scale S        multiply the loss (a "fix" that changes results)
+    --dropout P      a dropout layer (its masks are random draws)
+    --compile        torch.compile the model (Inductor)
     --slow-first-run MARKER  the first process to run (the one that creates MARKER) sleeps
                      8x --sleep-ms per step: a trial disturbed by another job
 """
@@ -24,6 +26,8 @@ parser.add_argument("--oom-at", type=int, default=None)
 parser.add_argument("--unseeded", action="store_true")
 parser.add_argument("--scale", type=float, default=1.0)
 parser.add_argument("--slow-first-run", default=None)
+parser.add_argument("--dropout", type=float, default=0.0)
+parser.add_argument("--compile", action="store_true")
 args = parser.parse_args()
 if args.slow_first_run:
     try:
@@ -33,12 +37,15 @@ if args.slow_first_run:
         pass
 
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                            *([torch.nn.Dropout(args.dropout)] if args.dropout else []),
+                            torch.nn.Linear(64, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
+forward = torch.compile(model) if args.compile else model
 gen = torch.Generator().manual_seed(int(time.time_ns()) if args.unseeded else 1)
 for step in range(args.steps):
     x = torch.randn(32, 64, generator=gen)
-    loss = model(x).pow(2).mean() * args.scale
+    loss = forward(x).pow(2).mean() * args.scale
     opt.zero_grad()
     loss.backward()
     opt.step()

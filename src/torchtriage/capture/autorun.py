@@ -156,6 +156,8 @@ class AutoRun:
         knob_apply.apply_global(self.host)
         if self.config.worker_seed_offset:
             knob_apply.shift_worker_seeds(self.config.worker_seed_offset)
+        if self.config.eager_random:
+            knob_apply.eager_random()
         atexit.register(self.finish)
         previous_hook = sys.excepthook
 

@@ -56,6 +56,18 @@ def shift_worker_seeds(offset: int) -> None:
     dataloader._BaseDataLoaderIter.__init__ = __init__
 
 
+def eager_random() -> None:
+    """Make torch.compile's generated code draw random numbers (dropout, ``rand``) through
+    eager PyTorch's generator and ops (``torch._inductor.config.fallback_random``), so that a
+    compiled step draws what the same eager step draws: Inductor otherwise seeds its own
+    stream, and losses of a compiled and an eager run then differ by the dropout masks, not by
+    the math (:mod:`torchtriage.verify.parity`'s random-aligned check). Slower; parity trials
+    only."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fallback_random = True
+
+
 def _install_backend(run, torch) -> None:
     knobs = run.knobs
     if "matmul.tf32" in knobs:

@@ -213,6 +213,8 @@ KNOBS: tuple[Knob, ...] = (
          "torch._dynamo.config.recompile_limit (frames recompiled more often run eager)",
          "backend", NOT_REACHED_DEFAULT,
          statements("torch._dynamo.config.recompile_limit = {v}"), minimum=1, warmup=5,
+         # frames past the limit run eager: a higher one compiles steps that ran eager
+         numerics="compiled",
          serves=(Serves("compile.recompile_limit", (64,)),)),
     Knob("optimizer.fused", "bool", "optimizers built with fused=True where supported",
          "optimizer", _OPTIMIZER, call(), keyword="fused",

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -172,6 +173,8 @@ class _Loop:
         self.loader_workers = 0  # DataLoader workers the last profile round's script used
         self.loader_batches: int | None = None  # batches it fetched (None: no record)
         self.profile_cut = False  # the first profile run was stopped at the budget's end
+        # the first A/B the budget could not fit: its knob and the --budget (s) that would have
+        self.budget_short: tuple[str, float] | None = None
         self.original: list[Trial] = []  # baseline trials of the original configuration
         self.incumbent: list[Trial] = []  # trials of the current kept configuration
         self.trials_run = 0
@@ -310,7 +313,7 @@ class _Loop:
                 if outcome in ("dropped", "failed") and layer not in tried_layers:
                     tried_layers.append(layer)
                 if outcome == "budget":
-                    return "the budget is spent"
+                    return self._budget_spent()
                 if outcome == "baseline_failed":
                     return "the configuration kept so far failed in an A/B trial"
                 if outcome == "kept" or self.reprofile:
@@ -320,6 +323,16 @@ class _Loop:
                      if self.settings.only is not None else "")
             return f"nothing left to try{among} for the {' or '.join(layers)} layer"
         return f"no {' or '.join(tried_layers)} fix was proven faster"
+
+    def _budget_spent(self) -> str:
+        """Why the loop stops when an A/B did not fit: the knob it would have tried and the
+        ``--budget`` that fits it (this run's time so far plus the A/B's estimate and the final
+        A/B's reserve, rounded up to the minute): the user's next command."""
+        if self.budget_short is None:
+            return "the budget is spent"
+        knob, total_s = self.budget_short
+        return (f"the budget is spent before {knob} could be tried "
+                f"(--budget {math.ceil(total_s / 60)}m would fit its A/B)")
 
     def _eligible(self, prescription: str) -> bool:
         """Not tried yet, or measured `no_change` once under a configuration that has changed
@@ -388,6 +401,9 @@ class _Loop:
                     "are left")
                 if step.kept_value is None:
                     step.result = "skipped"
+                if self.budget_short is None:
+                    self.budget_short = (f"{search.knob}={value!r}",
+                                         self.budget.elapsed + need + self.budget.reserve_s)
                 return ("budget" if step.kept_value is None else "kept"), verdict
             knobs = {search.knob: value, **(search.extra or {})}
             try:

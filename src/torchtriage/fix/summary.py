@@ -20,6 +20,10 @@ def attempt_of(value: Any, ab: ABResult) -> Attempt:
         note = f"{ab.verdict} {ab.speedup:.2f}x [{ab.ci_low:.2f}-{ab.ci_high:.2f}]"
         if ab.verdict == "changes_results":
             note += f", losses deviate {ab.parity.max_deviation:.2g} > {ab.parity.tolerance:.2g}"
+        elif ab.parity.reference == "eager_random":
+            note += (f", losses deviate {ab.parity.unaligned_deviation or 0:.2g} by compiled "
+                     f"code's own random draws (dropout), "
+                     f"{ab.parity.max_deviation or 0:.2g} drawn as eager draws them")
     if compiled:
         note += f"; compile {compiled['seconds']:.1f} s"
         if ab.startup and ab.startup.break_even_steps:

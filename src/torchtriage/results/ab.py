@@ -18,7 +18,7 @@ ABVerdict = Literal["faster", "slower", "no_change", "changes_results", "fits", 
 SpeedVerdict = Literal["faster", "slower", "no_change"]
 TrialStatus = Literal["ok", "failed", "timeout", "oom", "too_few_steps"]
 ParityStatus = Literal["pass", "fail", "unchecked"]
-ParityReference = Literal["tolerance", "baseline_runs", "worker_seeds"]
+ParityReference = Literal["tolerance", "baseline_runs", "worker_seeds", "eager_random"]
 Precision = Literal["fp32", "compiled", "tf32", "low"]
 ArmName = Literal["A", "B"]
 AB_VERDICTS: tuple[str, ...] = ABVerdict.__args__
@@ -40,6 +40,9 @@ class Parity(msgspec.Struct, kw_only=True):
     # what the deviation was judged against: the precision's tolerance, the baseline runs'
     # own spread, or the spread of the candidate's trials under different worker seeds
     reference: ParityReference = "tolerance"
+    # "eager_random": the trials' own deviation, which a pair of trials with compiled code
+    # drawing random numbers as eager PyTorch does (verify.parity) did not repeat
+    unaligned_deviation: float | None = None
     steps_compared: int = 0
     detail: str = ""
 

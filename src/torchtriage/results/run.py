@@ -88,6 +88,9 @@ class RunConfig(JsonDocument, msgspec.Struct, kw_only=True):
     # added to every DataLoader iterator's worker base seed (each worker seeds base + its id):
     # A/B trials of a knob that moves random draws into workers measure the spread this causes
     worker_seed_offset: int = 0
+    # A/B parity trials: torch.compile draws random numbers (dropout) as eager PyTorch does
+    # (torch._inductor.config.fallback_random), so that compiled and eager losses compare
+    eager_random: bool = False
     # timing mode: the measured steps are a whole multiple of this (0: any number)
     timing_period: int = 0
     # profile mode with stop_after_window: run at least this many steps before stopping, so

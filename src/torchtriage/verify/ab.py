@@ -11,6 +11,7 @@ process is stopped after them. Every trial is written to the run store and to
 from __future__ import annotations
 
 import dataclasses
+import logging
 import statistics
 import time
 from collections.abc import Callable
@@ -27,9 +28,11 @@ from torchtriage.errors import TorchtriageError
 from torchtriage.results.ab import ABResult, Arm, Startup, Trial
 from torchtriage.results.run import RunConfig, merge_knob_outcomes
 from torchtriage.verify import policy
-from torchtriage.verify.parity import check_parity
+from torchtriage.verify.parity import check_parity, eager_random_parity
 from torchtriage.verify.settings import TrialSettings
 from torchtriage.verify.stats import outlier_trial, speedup_interval, verdict
+
+logger = logging.getLogger(__name__)
 
 MIN_MEASURED_STEPS = 3
 # The first step boundary is only known once the optimizer cycle repeats (step 2), so the
@@ -164,6 +167,8 @@ def run_ab(
                                  else type(exc).__name__)
             raise
     result = _result(done, arms, knobs, settings, out, reseeded=reseed)
+    if _random_may_differ(result, done, deadline):
+        _check_eager_random(result, arms, settings, out)
     if set_aside is not None:
         result.reused_set_aside = set_aside
         result.summary += f" (earlier trials set aside: {set_aside})"
@@ -177,6 +182,40 @@ def run_ab(
         raise TorchtriageError(f"the baseline failed, so nothing was compared: {stopped['A']} "
                                f"(trial logs in {out / 'trials'})", )
     return result
+
+
+def _random_may_differ(result: ABResult, done: list[Trial], deadline: float | None) -> bool:
+    """Whether a failed parity may come from compiled code's own random stream (either arm
+    compiled; verify.parity) and a random-aligned pair fits before ``deadline`` (each of its
+    trials takes no longer than the arm's slowest trial: it runs only the first steps)."""
+    if result.verdict != "changes_results" or result.speed_verdict is None:
+        return False
+    ok = [t for t in done if t.status == "ok" and not t.reused]
+    if not any(t.compile for t in ok):
+        return False
+    need = sum(max((t.wall_s for t in ok if t.arm == arm), default=0.0) for arm in "AB")
+    return deadline is None or time.monotonic() + need <= deadline
+
+
+def _check_eager_random(result: ABResult, arms, settings: TrialSettings, out: Path) -> None:
+    """Run one trial per arm over the parity steps with compiled code drawing random numbers
+    as eager PyTorch does, and judge parity by that pair (verify.parity.eager_random_parity);
+    the verdict and summary follow. The pair is written under ``trials/`` but not to
+    ``trials.jsonl`` (it measures no speed)."""
+    steps = int(policy.PARITY_STEPS.value)
+    short = dataclasses.replace(settings, warmup=MIN_WARMUP,
+                                steps=max(steps - MIN_WARMUP, MIN_MEASURED_STEPS),
+                                min_measure_s=0.0, period_steps=0)
+    losses = {}
+    for arm in ("A", "B"):
+        trial = _run_trial(arm, 1, *arms[arm], out, short, eager_random=True)
+        interrupt.check()
+        logger.info("random-aligned parity trial %s: %s", arm, trial.status)
+        losses[arm] = trial.losses if trial.status == "ok" else []
+    result.parity = eager_random_parity(result.parity, losses["A"], losses["B"], result.b.knobs)
+    if result.parity.status == "pass":
+        result.verdict = result.speed_verdict
+        result.summary = _summary(result)
 
 
 def _reused_drift(done: list[Trial]) -> str | None:
@@ -269,8 +308,8 @@ def _label(arm: str, knobs: dict[str, Any], candidate: list[str] | None) -> str:
 
 def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], out: Path,
                settings: TrialSettings, deadline: float | None = None, *,
-               seed_offset: int = 0) -> Trial:
-    trial_dir = out / "trials" / f"{arm}{idx}"
+               seed_offset: int = 0, eager_random: bool = False) -> Trial:
+    trial_dir = out / "trials" / (f"eager_random_{arm}" if eager_random else f"{arm}{idx}")
     trial_dir.mkdir(parents=True, exist_ok=True)
     warmup, timeout = settings.warmup, settings.timeout
     start = time.perf_counter()
@@ -281,7 +320,8 @@ def _run_trial(arm: str, idx: int, command: list[str], knobs: dict[str, Any], ou
         steps = max(-(-steps // period), 1) * period
     config = RunConfig(out=str(trial_dir), knobs=knobs, max_steps=warmup + steps,
                        mode="time", timing_warmup=warmup, timing_min_s=settings.min_measure_s,
-                       worker_seed_offset=seed_offset, timing_period=period)
+                       worker_seed_offset=seed_offset, timing_period=period,
+                       eager_random=eager_random)
     result = run_command(command, config, timeout=max(left, 1.0) if by_budget else timeout,
                          log=trial_dir / "output.log")
     if result.interrupted is not None:  # stopped by a signal to torchtriage: not a trial

@@ -16,6 +16,17 @@ trial), and the RMS difference between them is the spread that a change of rando
 alone produces. The candidate is judged the same way against that multiple of it, when it
 exceeds the tolerance (a Dataset that draws nothing random gives identical trials, and the
 plain tolerance stands). ``Parity.reference`` says which reference was used.
+
+torch.compile's generated code (Inductor) draws random numbers from its own stream: a compiled
+step's dropout masks are not the eager step's, so a model with dropout deviates by a dropout
+draw's worth at the first step whenever one arm runs compiled code the other does not (torch
+.compile against eager, ``dynamic=True`` against a static graph whose recompile limit sent
+frames back to eager). When a comparison fails and either arm compiled, ``ab`` runs one more
+trial per arm for the first steps only with ``torch._inductor.config.fallback_random`` (compiled
+code draws through eager's generator, as the eager steps do) and judges those two trials
+(:func:`eager_random_parity`): a deviation that this pair does not repeat came from the random
+streams, and the comparison passes with ``reference="eager_random"``; one it repeats is the
+math, and the failure stands, saying so.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from torchtriage.diagnosis.knobs import Numerics, numerics_of
@@ -124,3 +136,40 @@ def check_parity(
                   max_deviation=round(worst, 6), baseline_spread=round(spread, 6),
                   worker_seed_spread=None if seeds_spread is None else round(seeds_spread, 6),
                   reference=judged, steps_compared=k, detail=detail)
+
+
+def eager_random_parity(first: Parity, baseline: Sequence[float], candidate: Sequence[float],
+                        knobs: Mapping[str, Any]) -> Parity:
+    """The comparison after a failed ``first``, from one baseline and one candidate trial whose
+    compiled code drew random numbers as eager PyTorch does (see the module docstring).
+
+    Args:
+        first: the failed comparison of the A/B's own trials.
+        baseline, candidate: the aligned trials' losses from the first step.
+        knobs: the candidate's knobs (the tolerance).
+
+    Returns:
+        A pass judged against the precision's tolerance (``reference="eager_random"``, the
+        trials' own deviation kept as ``unaligned_deviation``), or ``first`` with a detail that
+        says what the aligned pair showed.
+    """
+    aligned = check_parity([baseline], [candidate], knobs)
+    if aligned.status == "unchecked" or aligned.max_deviation is None:
+        return msgspec.structs.replace(first, detail=first.detail + (
+            f"; the random-aligned pair could not be compared ({aligned.detail})"))
+    if aligned.status == "fail":
+        return msgspec.structs.replace(first, detail=first.detail + (
+            f"; with compiled code drawing random numbers as eager PyTorch does "
+            f"(torch._inductor.config.fallback_random) the losses still deviate "
+            f"{aligned.max_deviation:.2g} over {aligned.steps_compared} steps: the math "
+            "changed, not the random streams"))
+    return Parity(
+        status="pass", precision=aligned.precision, tolerance=aligned.tolerance,
+        max_deviation=aligned.max_deviation, baseline_spread=first.baseline_spread,
+        reference="eager_random", unaligned_deviation=first.max_deviation,
+        steps_compared=aligned.steps_compared,
+        detail=(f"the trials' losses deviate {first.max_deviation or 0:.2g} because compiled "
+                f"code draws its own random numbers (dropout); with "
+                f"torch._inductor.config.fallback_random, one trial per arm, they deviate "
+                f"{aligned.max_deviation:.2g} over {aligned.steps_compared} steps, within "
+                f"{aligned.precision} tolerance {aligned.tolerance:g}"))
