@@ -506,7 +506,8 @@ def test_a_promising_but_unclear_ab_gets_a_second_look_before_the_search_moves_o
 
     def result(verdict, speedup, low, high, trials):
         return NS(verdict=verdict, speedup=speedup, ci_low=low, ci_high=high, trials=trials,
-                  knobs={}, parity=NS(status="pass", max_deviation=None, tolerance=1e-3),
+                  knobs={}, parity=NS(status="pass", max_deviation=None, tolerance=1e-3,
+                                 reference="tolerance"),
                   summary="", startup=None, out="ab")
 
     def fake_ab(knobs, label, *, settings=None, prior=None, min_fresh=0):
