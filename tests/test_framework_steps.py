@@ -282,8 +282,15 @@ def test_a_step_too_large_for_memory_is_recorded_in_part_and_said_so(tmp_path, m
     assert cost.dropped == ["record_shapes", "profile_memory"]
     events = json.loads(gzip.decompress(prof.trace_path.read_bytes()))["traceEvents"]
     # part of one step: how large a part depends on how fast the recorded step runs against the
-    # probed one (a loaded machine runs either slower), so only "less than the whole" is pinned
-    assert len(events) < cost.events_per_step, (len(events), cost)
+    # probed one (a loaded machine runs either slower), so only "less than the whole" is pinned.
+    # A probe cut part-way (probe_cut) counted a lower bound of the step's events, so the
+    # trace is then held to its slice's time instead (a CI run recorded 19,796 events against
+    # the cut probe's 16,894)
+    if not cost.probe_cut:
+        assert len(events) < cost.events_per_step, (len(events), cost)
+    ops = [e for e in events if e.get("ph") == "X"]
+    span_s = (max(e["ts"] + e.get("dur", 0) for e in ops) - min(e["ts"] for e in ops)) / 1e6
+    assert span_s < 4 * cost.slice_s + 0.05, (span_s, cost)
     d = prof.diagnosis
     (part,) = [f for f in d.findings if f.id == "capture.step_slice"]
     assert f"first {cost.slice_s:g} s of one step" in part.message
