@@ -151,6 +151,9 @@ def run_ab(
                         and _decided(done, knobs, settings.min_effect, settings.confidence,
                                      reseeded=reseed)):
                     break
+            result = _result(done, arms, knobs, settings, out, reseeded=reseed)
+            if _random_may_differ(result, done, deadline):  # inside: a signal is handled
+                _check_eager_random(result, arms, settings, out, deadline)
         except (KeyboardInterrupt, interrupt.Interrupted) as exc:
             ran = sum(not t.reused for t in done)
             why = (f"interrupted by {exc.name}" if isinstance(exc, interrupt.Interrupted)
@@ -166,9 +169,6 @@ def run_ab(
                 store.finish_run(store_id, "failed", str(exc).splitlines()[0] if str(exc)
                                  else type(exc).__name__)
             raise
-    result = _result(done, arms, knobs, settings, out, reseeded=reseed)
-    if _random_may_differ(result, done, deadline):
-        _check_eager_random(result, arms, settings, out)
     if set_aside is not None:
         result.reused_set_aside = set_aside
         result.summary += f" (earlier trials set aside: {set_aside})"
@@ -197,7 +197,8 @@ def _random_may_differ(result: ABResult, done: list[Trial], deadline: float | No
     return deadline is None or time.monotonic() + need <= deadline
 
 
-def _check_eager_random(result: ABResult, arms, settings: TrialSettings, out: Path) -> None:
+def _check_eager_random(result: ABResult, arms, settings: TrialSettings, out: Path,
+                        deadline: float | None) -> None:
     """Run one trial per arm over the parity steps with compiled code drawing random numbers
     as eager PyTorch does, and judge parity by that pair (verify.parity.eager_random_parity);
     the verdict and summary follow. The pair is written under ``trials/`` but not to
@@ -208,7 +209,7 @@ def _check_eager_random(result: ABResult, arms, settings: TrialSettings, out: Pa
                                 min_measure_s=0.0, period_steps=0)
     losses = {}
     for arm in ("A", "B"):
-        trial = _run_trial(arm, 1, *arms[arm], out, short, eager_random=True)
+        trial = _run_trial(arm, 1, *arms[arm], out, short, deadline, eager_random=True)
         interrupt.check()
         logger.info("random-aligned parity trial %s: %s", arm, trial.status)
         losses[arm] = trial.losses if trial.status == "ok" else []
